@@ -35,6 +35,8 @@ SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "a
 ANNOTATION_LABELS = {"1": "g", "2": "b", "0": "s", "g": "g", "b": "b", "s": "s", "=": "s"}
 CONSUMED = {"id", "prompt", "input", "responses", "rank", "comparisons", "annotations", "triples",
             "category", "subset"}
+RESPONSE_KEYS = frozenset(("id", "content", "model"))
+COMPARISON_KEYS = frozenset(("a", "b", "label", "annotator", "source"))
 
 
 # ----------------------------------------------------------------------------- raw rows
@@ -172,7 +174,9 @@ def _parse_general(obj: dict) -> Prompt:
             plain = False
             content, rid, model = r.get("content"), r.get("id"), r.get("model")
             if type(content) is str and type(rid) is str and (model is None or type(model) is str):
-                responses.append(Response(rid, content, model))  # the common, well-formed case
+                # the common, well-formed case
+                responses.append(Response(rid, content, model,
+                                          _extra(r, RESPONSE_KEYS) if len(r) > 2 + ("model" in r) else {}))
                 continue
             if not isinstance(content, str):
                 raise CheemsInputError("missing or non-string content", field=f"responses[{i}].content")
@@ -180,7 +184,8 @@ def _parse_general(obj: dict) -> Prompt:
                 rid = response_id(content)
             elif not isinstance(rid, (str, int)) or isinstance(rid, bool):
                 raise CheemsInputError("id must be a string or an integer", field=f"responses[{i}].id")
-            responses.append(Response(str(rid), content, model if isinstance(model, str) else None))
+            responses.append(Response(str(rid), content, model if isinstance(model, str) else None,
+                                      _extra(r, RESPONSE_KEYS)))
         elif isinstance(r, str):
             responses.append(Response(response_id(r), r))
         else:
@@ -194,6 +199,10 @@ def _parse_general(obj: dict) -> Prompt:
     extra = {k: v for k, v in obj.items() if k not in CONSUMED}
     return Prompt(_row_id(obj, prompt), prompt, responses, rank, comparisons, _category(obj),
                   _subset(obj), extra)
+
+
+def _extra(obj: dict, consumed: frozenset) -> dict:
+    return {k: v for k, v in obj.items() if k not in consumed}
 
 
 def _rank(raw: Any, responses: list[Response]) -> dict[str, int] | None:
@@ -253,7 +262,8 @@ def _comparisons(obj: dict, known: set[str]) -> list[Comparison]:
                 ok = False
             if not ok:
                 a, b, label = _comparison_error(i, c, known)
-            out.append(Comparison(a, b, label, c.get("annotator"), c.get("source")))
+            out.append(Comparison(a, b, label, c.get("annotator"), c.get("source"),
+                                  _extra(c, COMPARISON_KEYS) if len(c) > 3 else {}))
     raw = obj.get("annotations")
     if raw is not None:
         if not isinstance(raw, list):

@@ -58,11 +58,14 @@ class Response:
     id: str
     content: str
     model: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # other keys of the row, kept as they are
 
     def to_dict(self) -> dict:
         d = {"id": self.id, "content": self.content}
         if self.model is not None:
             d["model"] = self.model
+        for k, v in self.extra.items():
+            d.setdefault(k, v)
         return d
 
 
@@ -75,6 +78,7 @@ class Comparison:
     label: str  # one of LABELS
     annotator: str | None = None
     source: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # provenance such as a judge's raw reply
 
     def to_dict(self) -> dict:
         d = {"a": self.a, "b": self.b, "label": self.label}
@@ -82,6 +86,8 @@ class Comparison:
             d["annotator"] = self.annotator
         if self.source is not None:
             d["source"] = self.source
+        for k, v in self.extra.items():
+            d.setdefault(k, v)
         return d
 
 
