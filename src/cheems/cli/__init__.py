@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import logging
+
 from cheems.cli.app import app
 
 
+class _QuietCpuFallback(logging.Filter):
+    """DeepSpeed, when installed, is imported by transformers and announces at warning level
+    that it fell back to the CPU; on a CPU machine that is expected, and it is not ours to say."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Setting accelerator to CPU" not in record.getMessage()
+
+
 def main() -> None:
+    logging.getLogger("DeepSpeed").addFilter(_QuietCpuFallback())  # the logger DeepSpeed configures later
     app()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import shutil
 from enum import Enum
 from importlib import resources
@@ -603,6 +604,14 @@ def train(
                                   "sequences instead of dropping them."),
     gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing", help="Trade compute for memory."),
     bf16: bool = typer.Option(False, "--bf16", help="bfloat16 mixed precision."),
+    token_budget: Optional[int] = typer.Option(None, help="Also cap a forward batch at this many padded tokens "
+                                               "per process (default: micro batch size alone)."),
+    lora_r: Optional[int] = typer.Option(None, help="Train LoRA adapters of this rank (needs peft; default 0: "
+                                         "train every weight). The saved model has them merged."),
+    lora_alpha: Optional[int] = typer.Option(None, help="LoRA scaling alpha (default 16)."),
+    lora_dropout: Optional[float] = typer.Option(None, help="LoRA dropout (default 0.05)."),
+    lora_target: Optional[str] = typer.Option(None, help="Modules given adapters: 'all-linear' (default) or "
+                                              "comma-separated names such as q_proj,v_proj."),
 ):
     """Train a reward model on ranked or compared responses (Bradley-Terry over every ranked
     pair, prompt-grouped batches, r^2 regulariser; paper §5)."""
@@ -613,7 +622,8 @@ def train(
     given = {"model": model, "train": train_files, "eval": eval_files, "output": output, "epochs": epochs,
              "learning_rate": learning_rate, "max_length": max_length, "micro_batch_size": micro_batch_size,
              "gradient_accumulation": gradient_accumulation, "reg_coef": reg_coef, "warmup_ratio": warmup_ratio,
-             "seed": seed, "eval_every": eval_every, "save_every": save_every}
+             "seed": seed, "eval_every": eval_every, "save_every": save_every, "token_budget": token_budget,
+             "lora_r": lora_r, "lora_alpha": lora_alpha, "lora_dropout": lora_dropout, "lora_target": lora_target}
     flags = {"resume": resume, "truncate": truncate, "gradient_checkpointing": gradient_checkpointing,
              "bf16": bf16}
     values = {k: (list(map(str, v)) if isinstance(v, list) else str(v) if isinstance(v, Path) else v)
@@ -626,8 +636,12 @@ def train(
         if missing:
             raise CheemsInputError(f"missing {', '.join(missing)} (or give them in --config)")
         cfg = TrainConfig(**values)
-    with _progress("training") as bar:
-        summary = run_training(cfg, progress=lambda step, total, stats: bar(step, total))
+    # under `accelerate launch` every process runs this command: the first one speaks
+    main_process = os.environ.get("RANK", "0") == "0"
+    with (_progress("training") if main_process else contextlib.nullcontext(None)) as bar:
+        summary = run_training(cfg, progress=(lambda step, total, stats: bar(step, total)) if bar else None)
+    if not main_process:
+        return
     out.print(f"trained {summary['steps']} steps over {summary['pairs']} pairs "
               f"(pair coverage {summary['pair_coverage']:.1%}, padding {summary['padding_share']:.1%}, "
               f"{summary['tokens_per_s']:.0f} tokens/s) -> {summary['output']}")

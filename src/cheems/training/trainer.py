@@ -10,17 +10,20 @@ through the tokenizer's chat template, and runs a plain loop readable top to bot
             backward; every `gradient_accumulation` batches: clip 1.0, AdamW, cosine LR
             evaluate / checkpoint when due; progress(step, total_steps, stats)
 
-``accelerate.Accelerator`` runs the same code on CPU, one GPU or several processes (DDP:
-each process takes every n-th forward batch). The result is a standard
-``*ForSequenceClassification`` checkpoint any tool loads. `TrainConfig` holds every
+``accelerate.Accelerator`` runs the same code on CPU, one GPU or several processes under
+``accelerate launch`` (DDP, FSDP, or DeepSpeed ZeRO-2/3 through the configs in
+``configs/accelerate/``). With n processes a forward batch is planned for all of them at once
+(n x ``micro_batch_size`` sequences, a prompt's responses together) and dealt out, one part
+per process; the rewards are gathered across processes, so a pair whose two responses sit
+on different devices still trains. The result is a standard ``*ForSequenceClassification``
+checkpoint any tool loads (LoRA adapters are merged into it). `TrainConfig` holds every
 setting; its fields are the CLI flags (and the keys of a YAML config file).
 
-Needs the ``[models]`` extra (torch, transformers, accelerate).
+Needs the ``[train]`` extra (torch, transformers, accelerate, pyyaml; peft for LoRA).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -38,7 +41,7 @@ MISSING_EXTRA = "training needs the models extra: pip install 'cheems[models]'"
 CHECKPOINT_PREFIX = "checkpoint-"
 KEEP_CHECKPOINTS = 2
 STATE_FILE = "trainer_state.json"  # step, epoch, config: readable
-TENSOR_STATE_FILE = "training_state.pt"  # optimizer, scheduler, RNG: torch.save
+ACCELERATE_STATE_DIR = "accelerate_state"  # weights, optimizer, scheduler, RNG of every process
 LOG_FILE = "train_log.jsonl"
 MAX_GRAD_NORM = 1.0
 
@@ -50,9 +53,13 @@ class TrainConfig:
     """Every setting of a training run; the defaults are the paper's Appendix F.
 
     Global batch = ``micro_batch_size`` x ``gradient_accumulation`` x processes (8 x 32 x 1 =
-    256 sequences). ``eval_every`` / ``save_every`` count optimizer steps; 0 means at the end
-    of each epoch. ``truncate=False`` drops sequences over ``max_length`` (and their pairs);
-    ``True`` keeps their last ``max_length`` tokens.
+    256 sequences). ``token_budget`` also caps a forward batch at that many padded tokens
+    per process (longest sequence x sequences), so short sequences travel in bigger batches
+    on a GPU; None caps by ``micro_batch_size`` alone. ``eval_every`` / ``save_every`` count
+    optimizer steps; 0 means at the end of each epoch. ``truncate=False`` drops sequences
+    over ``max_length`` (and their pairs); ``True`` keeps their last ``max_length`` tokens.
+    ``lora_r`` > 0 trains LoRA adapters of that rank (peft) on ``lora_target`` modules plus
+    the score head, and merges them into the saved model.
     """
 
     model: str
@@ -73,6 +80,11 @@ class TrainConfig:
     truncate: bool = False
     gradient_checkpointing: bool = False
     bf16: bool = False
+    token_budget: int | None = None
+    lora_r: int = 0
+    lora_alpha: int = 16
+    lora_dropout: float = 0.05
+    lora_target: str = "all-linear"
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "TrainConfig":
@@ -106,7 +118,10 @@ class TrainConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise CheemsInputError(f"must be a positive integer, got {v!r}", field=name)
-        for name in ("eval_every", "save_every", "seed"):
+        if self.token_budget is not None and (not isinstance(self.token_budget, int)
+                                              or isinstance(self.token_budget, bool) or self.token_budget < 1):
+            raise CheemsInputError(f"must be a positive integer, got {self.token_budget!r}", field="token_budget")
+        for name in ("eval_every", "save_every", "seed", "lora_r", "lora_alpha"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise CheemsInputError(f"must be an integer >= 0, got {v!r}", field=name)
@@ -114,6 +129,8 @@ class TrainConfig:
             raise CheemsInputError(f"must be > 0, got {self.learning_rate!r}", field="learning_rate")
         if not (self.reg_coef >= 0):
             raise CheemsInputError(f"must be >= 0, got {self.reg_coef!r}", field="reg_coef")
+        if not (0 <= self.lora_dropout < 1):
+            raise CheemsInputError(f"must be in [0, 1), got {self.lora_dropout!r}", field="lora_dropout")
         if not (0 <= self.warmup_ratio < 1):
             raise CheemsInputError(f"must be in [0, 1), got {self.warmup_ratio!r}", field="warmup_ratio")
         if not self.train:
@@ -215,7 +232,8 @@ def read_training_prompts(paths: list[str]) -> list[Prompt]:
 
 def _reward_module(model):
     """``model`` wrapped so that ``forward(input_ids, mask)`` returns one reward per row: the
-    score head at each sequence's last real token (as cheems scores), DDP-wrappable."""
+    score head at each sequence's last real token (as cheems scores), DDP-wrappable.
+    ``model`` may be a peft model around a ``*ForSequenceClassification``."""
     import torch
 
     class RewardModel(torch.nn.Module):
@@ -223,14 +241,65 @@ def _reward_module(model):
             super().__init__()
             self.inner = inner
 
+        @property
+        def classifier(self):  # the *ForSequenceClassification (LoRA layers inside when peft)
+            get = getattr(self.inner, "get_base_model", None)
+            return get() if get is not None else self.inner
+
         def forward(self, input_ids, attention_mask):
-            base = getattr(self.inner, self.inner.base_model_prefix)
-            hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            core = self.classifier
+            hidden = getattr(core, core.base_model_prefix)(input_ids=input_ids,
+                                                           attention_mask=attention_mask).last_hidden_state
             last = attention_mask.sum(dim=1) - 1  # (n,) index of each row's last real token
             picked = hidden[torch.arange(len(last), device=hidden.device), last]  # (n, hidden)
-            return self.inner.score(picked).squeeze(-1).float()  # (n,)
+            return core.score(picked).squeeze(-1).float()  # (n,)
 
     return RewardModel(model)
+
+
+def _gather_rewards(local, sizes: list[int], rank: int):
+    """Every process's rewards of this micro-step, concatenated in process order, with
+    gradients flowing back to each process's own part.
+
+    ``sizes[i]`` is process i's number of rewards (known to all from the shared plan). Each
+    part is padded to the largest for ``all_gather``. Every process then computes the same
+    loss from the same vector, so the gradient of the gathered vector is identical on all;
+    the backward all-reduces it (a sum, as a reduce-scatter would) and keeps this process's
+    slice, and the data-parallel average of parameter gradients brings it back to the mean.
+    """
+    import torch
+    import torch.distributed as dist
+
+    width = max(sizes)
+
+    class Gather(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            padded = torch.zeros(width, dtype=x.dtype, device=x.device)
+            padded[:len(x)] = x
+            parts = [torch.empty_like(padded) for _ in sizes]
+            dist.all_gather(parts, padded)
+            return torch.cat(parts)  # (processes * width,)
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad = grad.contiguous().clone()
+            dist.all_reduce(grad)
+            return grad[rank * width:rank * width + sizes[rank]]
+
+    gathered = Gather.apply(local)
+    keep = torch.cat([torch.arange(i * width, i * width + n, device=local.device) for i, n in enumerate(sizes)])
+    return gathered[keep]
+
+
+def deal(batch: list[int], lengths, n: int) -> list[list[int]]:
+    """One forward batch split into ``n`` parts of similar size and length (longest first,
+    dealt round-robin). With fewer sequences than parts, parts repeat a sequence so that no
+    process idles in a collective; `_pairs_in` uses only the first copy."""
+    ordered = sorted(batch, key=lambda i: -lengths[i])
+    if len(ordered) < n:
+        ordered = [ordered[k % len(ordered)] for k in range(n)]
+    return [ordered[k::n] for k in range(n)]
 
 
 def _load(path: str, *, gradient_checkpointing: bool):
@@ -261,25 +330,53 @@ def _load(path: str, *, gradient_checkpointing: bool):
     return tokenizer, model
 
 
+def _with_lora(model, config: TrainConfig):
+    """``model`` with LoRA adapters (peft) on ``config.lora_target``; the score head trains fully."""
+    try:
+        from peft import LoraConfig, TaskType, get_peft_model
+    except ImportError:
+        raise CheemsInputError("LoRA needs peft: pip install peft", field="lora_r") from None
+    target = config.lora_target if config.lora_target == "all-linear" else \
+        [t.strip() for t in config.lora_target.split(",") if t.strip()]
+    lora = LoraConfig(task_type=TaskType.SEQ_CLS, r=config.lora_r, lora_alpha=config.lora_alpha,
+                      lora_dropout=config.lora_dropout, target_modules=target, modules_to_save=["score"])
+    try:
+        return get_peft_model(model, lora)
+    except ValueError as e:
+        raise CheemsInputError(str(e), field="lora_target") from None
+
+
 # ---------------------------------------------------------------------------- evaluation
 
-def _evaluate(reward_model, eval_prompts, eval_ids, keys, pad_id, device, batch_size: int) -> dict:
-    """CheemsBench Accuracy / Exact Match / Overall of the current weights on the eval set."""
+def _evaluate(accelerator, reward_model, eval_prompts, eval_ids, keys, pad_id, batch_size: int) -> dict:
+    """CheemsBench Accuracy / Exact Match / Overall of the current weights on the eval set.
+
+    Every process scores every n-th batch (padded to the same number of batches, since
+    ZeRO-3 gathers weights collectively) and the scores are gathered on all of them."""
     import torch
+    from accelerate.utils import gather_object
 
     from cheems.metrics import evaluate
     from cheems.scoring.transformers_rm import DEFAULT_TOKEN_BUDGET, pad_right, plan_batches
 
-    budget = DEFAULT_TOKEN_BUDGET["cuda" if str(device).startswith("cuda") else "cpu"]
-    scores = {}
+    device = accelerator.device
+    budget = DEFAULT_TOKEN_BUDGET["cuda" if device.type == "cuda" else "cpu"]
+    batches = plan_batches([len(x) for x in eval_ids], token_budget=budget, max_batch_size=batch_size)
+    n = accelerator.num_processes
+    mine = batches[accelerator.process_index::n]
+    rounds = math.ceil(len(batches) / n)
+    mine = mine + [batches[0]] * (rounds - len(mine))  # repeats score again; the dict keeps one
+    scored = []
     was_training = reward_model.training
     reward_model.eval()
     with torch.no_grad():
-        for batch in plan_batches([len(x) for x in eval_ids], token_budget=budget, max_batch_size=batch_size):
+        for batch in mine:
             values = reward_model(*pad_right([eval_ids[i] for i in batch], pad_id, device))
-            for i, v in zip(batch, values.tolist()):
-                scores[keys[i]] = v
+            scored.extend(zip(batch, values.tolist()))
     reward_model.train(was_training)
+    if n > 1:
+        scored = gather_object(scored)
+    scores = {keys[i]: v for i, v in scored}
     report = evaluate(eval_prompts, scores, n_bootstrap=0)
     subsets = {name: {"accuracy": e["accuracy"], "exact_match": e["exact_match"], "score": e["score"]}
                for name, e in report["subsets"].items() if e["score"] is not None}
@@ -299,28 +396,42 @@ def _checkpoints(output: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def _save_checkpoint(output: Path, step: int, epoch: int, model, tokenizer, optimizer, scheduler,
-                     config: TrainConfig) -> Path:
-    """output/checkpoint-STEP, written in a temp folder and renamed; keeps the last two."""
-    import torch
+def _model_state(accelerator, reward_model) -> dict:
+    """The full weights of the wrapped model (gathered under ZeRO-3 / FSDP), keys as the
+    inner model names them. A collective: every process calls it."""
+    prefix = "inner."
+    state = accelerator.get_state_dict(reward_model)
+    return {k[len(prefix):]: v for k, v in (state or {}).items() if k.startswith(prefix)}
 
+
+def _save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_model, tokenizer,
+                     config: TrainConfig) -> None:
+    """output/checkpoint-STEP, written in a temp folder and renamed; keeps the last two.
+
+    Holds the model as a standard checkpoint (the LoRA adapter alone when training LoRA),
+    the tokenizer, ``trainer_state.json`` and accelerate's state of every process (weights,
+    optimizer, scheduler, RNG) for ``resume``. Called by every process."""
+    main = accelerator.is_main_process
     final = output / f"{CHECKPOINT_PREFIX}{step}"
     tmp = output / f".{CHECKPOINT_PREFIX}{step}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    rng = {"torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "rng": rng},
-               tmp / TENSOR_STATE_FILE)
-    (tmp / STATE_FILE).write_text(json.dumps({"step": step, "epoch": epoch, "config": dataclasses.asdict(config)},
-                                             ensure_ascii=False, indent=1), encoding="utf-8")
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    for _, old in _checkpoints(output)[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(tmp / ACCELERATE_STATE_DIR))
+    state = _model_state(accelerator, reward_model)
+    if main:
+        inner = accelerator.unwrap_model(reward_model).inner
+        inner.save_pretrained(tmp, state_dict=state)
+        tokenizer.save_pretrained(tmp)
+        (tmp / STATE_FILE).write_text(json.dumps({"step": step, "epoch": epoch,
+                                                  "config": dataclasses.asdict(config)},
+                                                 ensure_ascii=False, indent=1), encoding="utf-8")
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        for _, old in _checkpoints(output)[:-KEEP_CHECKPOINTS]:
+            shutil.rmtree(old, ignore_errors=True)
+    accelerator.wait_for_everyone()
 
 
 class _MetricsLog:
@@ -357,24 +468,83 @@ class _MetricsLog:
 
 # ---------------------------------------------------------------------------- the loop
 
+def _accelerator(config: TrainConfig):
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    handlers, cpu = [], False
+    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # several processes on CPU (tests, laptops), started by `accelerate launch`: DDP needs
+        # accelerate's CPU mode; DeepSpeed runs outside it and needs gloo named explicitly;
+        # accelerate runs FSDP on GPUs only
+        if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+            raise CheemsInputError("FSDP runs on GPUs only; on CPU launch with DDP or DeepSpeed "
+                                   "(configs/accelerate/)")
+        if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+            handlers.append(InitProcessGroupKwargs(backend="gloo"))
+        else:
+            cpu = True
+    accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no", cpu=cpu,
+                              gradient_accumulation_steps=config.gradient_accumulation, kwargs_handlers=handlers)
+    if accelerator.num_processes > 1 and accelerator.distributed_type.value == "NO":
+        raise CheemsInputError(f"{accelerator.num_processes} processes but no distributed backend: launch with "
+                               "one of the configs in configs/accelerate/")
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is not None:
+        # batches come from our planner, not a DataLoader: DeepSpeed's "auto" sizes are ours
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = config.micro_batch_size
+        if config.lora_r and plugin.deepspeed_config.get("zero_optimization", {}).get("stage") == 3:
+            raise CheemsInputError("LoRA is not supported with ZeRO-3 here; use ZeRO-2, FSDP or DDP",
+                                   field="lora_r")
+    return accelerator
+
+
+def _pairs_in(parts: list[list[int]], data: TrainingData, where: dict) -> tuple[list[int], list[int], list[int]]:
+    """For the sequences of one micro-step (``parts``: one list per process, concatenated in
+    this order as the gathered rewards are): the row of each sequence's first copy, and the
+    (better, worse) rows of every training pair whose two responses are both present."""
+    row: dict[int, int] = {}
+    first: list[int] = []
+    at = 0
+    for part in parts:
+        for i in part:
+            if i not in row:
+                row[i] = at
+                first.append(at)
+            at += 1
+    better, worse = [], []
+    for pi in dict.fromkeys(data.items[i][0] for i in row):
+        for a, b in data.pairs_by_prompt[pi]:
+            ia, ib = where[(pi, a)], where[(pi, b)]
+            if ia in row and ib in row:
+                better.append(row[ia])
+                worse.append(row[ib])
+    return first, better, worse
+
+
 def train(config: TrainConfig, progress: Progress | None = None) -> dict:
     """Train a reward model as ``config`` says; return a summary of the run.
 
     ``progress(step, total_steps, stats)`` is called after every optimizer step with the
     step's ``loss``, ``pair_loss``, ``reg``, ``accuracy`` (pairs ranked right), ``lr``,
-    ``epoch`` and, when an evaluation ran at that step, ``eval``. An exception raised from it
-    stops the run (checkpoints written so far stay; ``resume=True`` continues from the last).
+    ``epoch`` and, when an evaluation ran at that step, ``eval`` (on the main process only
+    when several run). An exception raised from it stops the run (checkpoints written so far
+    stay; ``resume=True`` continues from the last).
+
+    Each epoch's forward batches are extended from their start to a multiple of
+    ``gradient_accumulation`` (as a distributed sampler evens out its shards), so every
+    optimizer step sums the same number of batches.
 
     The summary: ``steps``, ``epochs``, ``pairs`` (training pairs after the length limit),
     ``pair_coverage`` and ``padding_share`` (of the first epoch's batches, see
     `batch_stats`), ``sequences``, ``dropped_sequences``, ``dropped_pairs``,
-    ``truncated_sequences``, ``tokens_per_s`` (real tokens trained on per second),
-    ``train_loss`` / ``train_accuracy`` (mean over the last epoch), ``eval`` (final metrics or
-    None) and ``output``.
+    ``truncated_sequences``, ``processes``, ``trainable_parameters``, ``tokens_per_s`` (real
+    tokens trained on per second, all processes), ``train_loss`` / ``train_accuracy`` (mean
+    over the last epoch), ``eval`` (final metrics or None) and ``output``.
     """
     try:
         import torch
-        from accelerate import Accelerator
         from transformers import get_cosine_schedule_with_warmup
     except ImportError:
         raise CheemsInputError(MISSING_EXTRA) from None
@@ -385,9 +555,10 @@ def train(config: TrainConfig, progress: Progress | None = None) -> dict:
 
     config.validate()
     output = Path(config.output)
-    accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no")
+    accelerator = _accelerator(config)
     device = accelerator.device
     main = accelerator.is_main_process
+    n_proc, rank = accelerator.num_processes, accelerator.process_index
 
     # --- where to start: a fresh model, or the last checkpoint of this output folder
     start_step, resume_dir = 0, None
@@ -396,12 +567,15 @@ def train(config: TrainConfig, progress: Progress | None = None) -> dict:
         if found:
             start_step, resume_dir = found[-1]
     torch.manual_seed(config.seed)
-    tokenizer, model = _load(str(resume_dir or config.model), gradient_checkpointing=config.gradient_checkpointing)
+    tokenizer, model = _load(str(config.model), gradient_checkpointing=config.gradient_checkpointing)
+    if config.lora_r:
+        model = _with_lora(model, config)
 
     # --- data: every response encoded once, pairs by prompt
     prompts = read_training_prompts(config.train)
     data = encode_training_data(prompts, tokenizer, max_length=config.max_length, truncate=config.truncate)
     where = {(pi, ri): i for i, (pi, ri, _) in enumerate(data.items)}
+    lengths = [n for _, _, n in data.items]
     eval_prompts, eval_ids, eval_keys = [], [], []
     for path in config.eval:
         eval_prompts.extend(read_prompts(path, require_rank=True, default_subset=Path(path).stem).prompts)
@@ -412,34 +586,35 @@ def train(config: TrainConfig, progress: Progress | None = None) -> dict:
                                                 truncation="left", stats=eval_stats))
             eval_keys.append((p.id, r.id))
 
-    def epoch_batches(epoch: int) -> list[list[int]]:
-        """This process's forward batches of an epoch (every n-th; the list repeated from its
-        start so that every process gets as many)."""
-        batches = greedy_prompt_batches(data.items, batch_size=config.micro_batch_size, seed=config.seed + epoch,
-                                        pairs_by_prompt=data.pairs_by_prompt)
-        n = accelerator.num_processes
-        batches = batches + batches[:(-len(batches)) % n]
-        return batches[accelerator.process_index::n]
+    def plan(epoch: int) -> list[list[int]]:
+        """The epoch's forward batches for all processes together (n x micro batch)."""
+        return greedy_prompt_batches(data.items, batch_size=config.micro_batch_size * n_proc,
+                                     token_budget=config.token_budget * n_proc if config.token_budget else None,
+                                     seed=config.seed + epoch, pairs_by_prompt=data.pairs_by_prompt)
 
-    first = epoch_batches(0)
-    shape = batch_stats(greedy_prompt_batches(data.items, batch_size=config.micro_batch_size, seed=config.seed,
-                                              pairs_by_prompt=data.pairs_by_prompt),
-                        data.items, data.pairs_by_prompt)
-    steps_per_epoch = math.ceil(len(first) / config.gradient_accumulation)
+    def epoch_steps(batches: list[list[int]]) -> list[list[list[int]]]:
+        """Optimizer steps of an epoch: ``gradient_accumulation`` batches each, the list
+        extended from its start to fill the last step."""
+        ga = config.gradient_accumulation
+        batches = [batches[k % len(batches)] for k in range(math.ceil(len(batches) / ga) * ga)]
+        return [batches[i:i + ga] for i in range(0, len(batches), ga)]
+
+    first = plan(0)
+    shape = batch_stats(first, data.items, data.pairs_by_prompt)
+    steps_per_epoch = len(epoch_steps(first))
     total_steps = steps_per_epoch * config.epochs
 
     # --- optimisation
     reward_model = _reward_module(model)
-    optimizer = torch.optim.AdamW(reward_model.parameters(), lr=config.learning_rate)
+    params = [p for p in reward_model.parameters() if p.requires_grad]
+    trainable = sum(p.numel() for p in params)
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    # stepped by us once per optimizer step (accelerate would step it once per process)
     scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
     reward_model, optimizer = accelerator.prepare(reward_model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
     if resume_dir is not None:
-        state = torch.load(resume_dir / TENSOR_STATE_FILE, map_location="cpu", weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if "cuda" in state["rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        accelerator.load_state(str(resume_dir / ACCELERATE_STATE_DIR))
     if main:
         output.mkdir(parents=True, exist_ok=True)
     log = _MetricsLog(output, enabled=main)
@@ -448,19 +623,8 @@ def train(config: TrainConfig, progress: Progress | None = None) -> dict:
     def run_eval() -> dict | None:
         if not eval_prompts:
             return None
-        result = None
-        if main:
-            result = _evaluate(accelerator.unwrap_model(reward_model), eval_prompts, eval_ids, eval_keys, pad_id,
-                               device, batch_size=config.micro_batch_size * 4)
-        accelerator.wait_for_everyone()
-        return result
-
-    def save(step: int, epoch: int) -> None:
-        accelerator.wait_for_everyone()
-        if main:
-            _save_checkpoint(output, step, epoch, accelerator.unwrap_model(reward_model).inner, tokenizer,
-                             optimizer, scheduler, config)
-        accelerator.wait_for_everyone()
+        return _evaluate(accelerator, reward_model, eval_prompts, eval_ids, eval_keys, pad_id,
+                         batch_size=config.micro_batch_size * 4)
 
     # --- the loop
     step = start_step
@@ -469,41 +633,34 @@ def train(config: TrainConfig, progress: Progress | None = None) -> dict:
     epoch_loss = epoch_acc = []
     reward_model.train()
     for epoch in range(start_step // steps_per_epoch, config.epochs):
-        batches = first if epoch == 0 else epoch_batches(epoch)
-        groups = [batches[i:i + config.gradient_accumulation]
-                  for i in range(0, len(batches), config.gradient_accumulation)]
+        groups = epoch_steps(first if epoch == 0 else plan(epoch))
         epoch_loss, epoch_acc = [], []
         for g, group in enumerate(groups):
             if epoch * steps_per_epoch + g < step:
                 continue  # done before the checkpoint we resumed from
             sums = {"loss": 0.0, "pair_loss": 0.0, "reg": 0.0}
             right = pairs = 0
-            for k, batch in enumerate(group):
-                seqs = [data.ids[i] for i in batch]
-                row = {i: j for j, i in enumerate(batch)}
-                better, worse = [], []
-                for pi in dict.fromkeys(data.items[i][0] for i in batch):
-                    for a, b in data.pairs_by_prompt[pi]:
-                        ia, ib = where[(pi, a)], where[(pi, b)]
-                        if ia in row and ib in row:
-                            better.append(row[ia])
-                            worse.append(row[ib])
-                input_ids, mask = pad_right(seqs, pad_id, device)
-                sync = k == len(group) - 1  # DDP: all-reduce gradients on the group's last batch only
-                with contextlib.nullcontext() if sync else accelerator.no_sync(reward_model):
+            for batch in group:
+                parts = deal(batch, lengths, n_proc)
+                first_rows, better, worse = _pairs_in(parts, data, where)
+                input_ids, mask = pad_right([data.ids[i] for i in parts[rank]], pad_id, device)
+                with accelerator.accumulate(reward_model):  # DDP syncs on the group's last batch only
                     with accelerator.autocast():
-                        rewards = reward_model(input_ids, mask)  # (n,)
-                    loss, parts = bradley_terry_loss(rewards, torch.tensor(better, dtype=torch.long, device=device),
+                        rewards = reward_model(input_ids, mask)  # (this process's part,)
+                    if n_proc > 1:
+                        rewards = _gather_rewards(rewards, [len(p) for p in parts], rank)  # (whole batch,)
+                    rewards = rewards[torch.tensor(first_rows, dtype=torch.long, device=device)]
+                    loss, stats = bradley_terry_loss(rewards, torch.tensor(better, dtype=torch.long, device=device),
                                                      torch.tensor(worse, dtype=torch.long, device=device),
                                                      reg_coef=config.reg_coef)
-                    accelerator.backward(loss / len(group))
+                    accelerator.backward(loss)  # scaled by 1 / gradient_accumulation
                 sums["loss"] += loss.item() / len(group)
-                sums["pair_loss"] += parts["pair_loss"] / len(group)
-                sums["reg"] += parts["reg"] / len(group)
-                if parts["pairs"]:
-                    right += round(parts["accuracy"] * parts["pairs"])
-                    pairs += parts["pairs"]
-                trained_tokens += sum(len(s) for s in seqs)
+                sums["pair_loss"] += stats["pair_loss"] / len(group)
+                sums["reg"] += stats["reg"] / len(group)
+                if stats["pairs"]:
+                    right += round(stats["accuracy"] * stats["pairs"])
+                    pairs += stats["pairs"]
+                trained_tokens += sum(lengths[i] for i in batch)
             accelerator.clip_grad_norm_(reward_model.parameters(), MAX_GRAD_NORM)
             lr = scheduler.get_last_lr()[0]
             optimizer.step()
@@ -523,25 +680,30 @@ def train(config: TrainConfig, progress: Progress | None = None) -> dict:
                       | ({f"eval/{k}": v for k, v in stats["eval"].items() if k != "subsets"}
                          if stats.get("eval") else {}))
             if (config.save_every and step % config.save_every == 0) or (not config.save_every and end_of_epoch):
-                save(step, epoch)
-            if progress:
+                _save_checkpoint(accelerator, output, step, epoch, reward_model, tokenizer, config)
+            if progress and main:
                 progress(step, total_steps, stats)
     elapsed = time.perf_counter() - started
 
-    # --- the final model: a standard checkpoint in output/
+    # --- the final model: a standard checkpoint in output/ (LoRA merged in)
     if eval_step != step:
         last_eval = run_eval()
     accelerator.wait_for_everyone()
+    state = _model_state(accelerator, reward_model)
     if main:
-        accelerator.unwrap_model(reward_model).inner.save_pretrained(output)
+        inner = accelerator.unwrap_model(reward_model).inner
+        if config.lora_r:  # not ZeRO-3 (refused above): the weights are whole on every process
+            inner, state = inner.merge_and_unload(), None
+        inner.save_pretrained(output, state_dict=state)
         tokenizer.save_pretrained(output)
+    accelerator.wait_for_everyone()
     log.close()
     summary = {
         "steps": step, "total_steps": total_steps, "epochs": config.epochs, "pairs": data.n_pairs,
         "pair_coverage": shape["pair_coverage"], "padding_share": shape["padding_share"],
         "sequences": len(data.items), "dropped_sequences": data.dropped, "dropped_pairs": data.dropped_pairs,
-        "truncated_sequences": data.truncated,
-        "tokens_per_s": trained_tokens * accelerator.num_processes / elapsed if trained_tokens and elapsed > 0 else None,
+        "truncated_sequences": data.truncated, "processes": n_proc, "trainable_parameters": trainable,
+        "tokens_per_s": trained_tokens / elapsed if trained_tokens and elapsed > 0 else None,
         "train_loss": sum(epoch_loss) / len(epoch_loss) if epoch_loss else None,
         "train_accuracy": (sum(r for r, _ in epoch_acc) / sum(n for _, n in epoch_acc)) if epoch_acc else None,
         "eval": last_eval, "output": str(output), "resumed_from": start_step or None,

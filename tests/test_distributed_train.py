@@ -1,0 +1,158 @@
+"""Training under `accelerate launch` with two CPU processes (gloo), and LoRA.
+
+With n processes a micro batch of m sequences per process plans the same forward batches as
+one process with n x m, and the rewards are gathered across processes, so DDP and DeepSpeed
+ZeRO-2/3 must end where one process ends (fp32 on CPU: up to summation order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.test_trainer import config, ranked, write
+from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
+    seq_cls_model,
+    single_torch_thread,
+    tiny_models_root,
+    tiny_prompts,
+    tiny_texts,
+    torch,
+)
+
+from cheems.records import CheemsInputError  # noqa: E402
+from cheems.training.trainer import TrainConfig, train  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+LAUNCH_TIMEOUT_S = 300
+SETTINGS = dict(epochs=1, learning_rate=1e-3, gradient_accumulation=2, warmup_ratio=0.0, seed=0)
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return {k: v.float() for k, v in load_file(str(folder / "model.safetensors")).items()}
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory, tiny_prompts):
+    folder = tmp_path_factory.mktemp("dist-data")
+    rows = ranked(tiny_prompts)
+    return write(folder / "train.jsonl", rows[:16]), write(folder / "eval.jsonl", rows[40:])
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory, seq_cls_model, data):
+    """The reference: one process, micro batch 8."""
+    out = tmp_path_factory.mktemp("one") / "out"
+    torch.set_num_threads(1)
+    summary = train(config(seq_cls_model, [data[0]], out, eval=[data[1]], micro_batch_size=8, **SETTINGS))
+    return out, summary
+
+
+def _accelerate_config(tmp: Path, kind: str) -> Path:
+    """An accelerate config for 2 local processes; DeepSpeed ones use the shipped JSON."""
+    shipped = REPO_ROOT / "configs" / "accelerate"
+    if kind == "ddp":
+        text = (shipped / "ddp.yaml").read_text(encoding="utf-8")
+    else:
+        text = (shipped / f"deepspeed_{kind}.yaml").read_text(encoding="utf-8")
+        text = text.replace(f"configs/accelerate/deepspeed_{kind}.json", str(shipped / f"deepspeed_{kind}.json"))
+    path = tmp / f"{kind}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _launch(accelerate_config: Path, model: Path, data, out: Path) -> subprocess.CompletedProcess:
+    args = ["--model", model, "--train", data[0], "--eval", data[1], "--micro-batch-size", 4, "-o", out]
+    for k, v in SETTINGS.items():
+        args += [f"--{k.replace('_', '-')}", v]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
+                           "--num_processes", "2", "-m", "cheems.cli", "train", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=LAUNCH_TIMEOUT_S, cwd=out.parent)
+
+
+@pytest.mark.parametrize("kind", ["ddp", "zero2", "zero3"])
+def test_two_processes_match_one_process(kind, tmp_path, seq_cls_model, data, one_process):
+    if kind != "ddp":
+        pytest.importorskip("deepspeed")
+    out = tmp_path / "out"
+    done = _launch(_accelerate_config(tmp_path, kind), seq_cls_model, data, out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("trained ") == 1, done.stdout  # only the first process reports
+    summary = json.loads((out / "train_summary.json").read_text(encoding="utf-8"))
+    reference_out, reference = one_process
+    assert summary["processes"] == 2
+    assert summary["steps"] == reference["steps"] and summary["pair_coverage"] == reference["pair_coverage"]
+    moved = _max_diff(_weights(reference_out), _weights(seq_cls_model))
+    apart = _max_diff(_weights(reference_out), _weights(out))
+    assert moved > 1e-3 and apart < 1e-3 * max(1.0, moved), (moved, apart)
+    assert summary["eval"]["overall"] == pytest.approx(reference["eval"]["overall"], abs=1e-6)
+    assert summary["train_loss"] == pytest.approx(reference["train_loss"], rel=1e-3)
+    # the checkpoint holds every process's state for --resume
+    state = out / f"checkpoint-{summary['steps']}" / "accelerate_state"
+    assert state.is_dir() and any(state.iterdir())
+
+
+def test_fsdp_on_cpu_is_refused_not_silently_ddp(monkeypatch, seq_cls_model, data, tmp_path):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    if torch.cuda.is_available():
+        pytest.skip("the refusal is for CPU runs")
+    with pytest.raises(CheemsInputError, match="FSDP runs on GPUs only"):
+        train(config(seq_cls_model, [data[0]], tmp_path / "out", micro_batch_size=8, **SETTINGS))
+
+
+# ----------------------------------------------------------------------------- LoRA
+
+def test_lora_trains_adapters_and_saves_a_merged_standard_checkpoint(seq_cls_model, data, tmp_path):
+    pytest.importorskip("peft")
+    from peft import PeftModel
+    from transformers import AutoModelForSequenceClassification
+
+    out = tmp_path / "out"
+    summary = train(config(seq_cls_model, [data[0]], out, micro_batch_size=8, lora_r=4, lora_alpha=8,
+                           lora_dropout=0.0, **SETTINGS))
+    full = sum(p.numel() for p in AutoModelForSequenceClassification.from_pretrained(seq_cls_model).parameters())
+    assert 0 < summary["trainable_parameters"] < full / 2
+    assert not (out / "adapter_config.json").exists()  # merged: a plain checkpoint
+    merged = AutoModelForSequenceClassification.from_pretrained(out).eval()
+    # the last checkpoint holds the adapter alone; base + adapter must score as the merged model
+    checkpoint = out / f"checkpoint-{summary['steps']}"
+    assert (checkpoint / "adapter_config.json").exists()
+    base = AutoModelForSequenceClassification.from_pretrained(seq_cls_model)
+    base.config.pad_token_id = merged.config.pad_token_id
+    adapted = PeftModel.from_pretrained(base, checkpoint).eval()
+    ids = torch.tensor([[5, 17, 33, 2, 9, 41], [7, 7, 12, 30, 3, 8]])
+    with torch.no_grad():
+        a, b = merged(input_ids=ids).logits, adapted(input_ids=ids).logits
+        before = AutoModelForSequenceClassification.from_pretrained(seq_cls_model)(input_ids=ids).logits
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert (a - before).abs().max().item() > 1e-4  # training changed the scores
+
+
+def test_lora_bad_target_names_the_field(seq_cls_model, data, tmp_path):
+    pytest.importorskip("peft")
+    with pytest.raises(CheemsInputError) as e:
+        train(config(seq_cls_model, [data[0]], tmp_path / "out", lora_r=4, lora_target="no_such_module", **SETTINGS))
+    assert e.value.field == "lora_target"
+
+
+@pytest.mark.parametrize("field,value", [("lora_r", -1), ("lora_dropout", 1.5), ("token_budget", 0)])
+def test_bad_lora_and_budget_settings(field, value, tmp_path):
+    cfg = TrainConfig(model="m", train=["t"], output=str(tmp_path), **{field: value})
+    with pytest.raises(CheemsInputError) as e:
+        cfg.validate()
+    assert e.value.field == field
