@@ -83,7 +83,7 @@ class Judgement:
     prompt_index: int
     first: str
     second: str
-    better: str
+    better: str | None  # the benchmark's better response; None when there is no answer key
     order: str
     key: str = ""
     verdict: str | None = None  # "A", "B", "C" or None (unparseable or failed)
@@ -159,6 +159,21 @@ async def judge_bench_async(prompts: list[Prompt], config: JudgeConfig,
     endpoint (a local model, e.g. :class:`cheems.scoring.vllm_backend.VllmChat`.generate).
     """
     plan = plan_judgements(prompts, config)
+    stats = await run_judgements(prompts, plan, config, progress, generate=generate)
+    return judge_report(prompts, plan, config, stats, n_bootstrap=n_bootstrap)
+
+
+async def run_judgements(prompts: list[Prompt], plan: list[Judgement], config: JudgeConfig,
+                         progress: Callable[[int, int], None] | None = None, *,
+                         generate: Generate | None = None) -> dict:
+    """Fill in every judgement of ``plan``: from the reply cache, else from the endpoint (or
+    ``generate``). Sets each one's ``verdict``, ``text``, ``finish_reason``, ``cached`` and
+    ``error``; returns ``{"requests", "cached"}`` counts.
+
+    The judge sees the prompt, the two responses in the judgement's order and the criteria of
+    the prompt's category. ``progress(done, total)`` counts pairs: a pair is done when all its
+    orders are. Identical requests (same cache key) are sent once.
+    """
     sampling = config.sampling()
 
     def messages_for(j: Judgement) -> list[dict]:
@@ -173,7 +188,6 @@ async def judge_bench_async(prompts: list[Prompt], config: JudgeConfig,
                                **sampling)
         by_key.setdefault(j.key, []).append(j)
 
-    # a pair is done when all its orders are; progress counts pairs
     left: dict[tuple, int] = {}
     for j in plan:
         left[j.pair] = left.get(j.pair, 0) + 1
@@ -213,7 +227,7 @@ async def judge_bench_async(prompts: list[Prompt], config: JudgeConfig,
             await _request_all(missing, by_key, messages_for, config, cache, stats, finish)
     finally:
         cache.close()
-    return judge_report(prompts, plan, config, stats, n_bootstrap=n_bootstrap)
+    return stats
 
 
 async def _request_all(keys: list[str], by_key: dict[str, list[Judgement]],
