@@ -11,6 +11,10 @@ the ``openai`` package parses. What it answers is a ``script``: a function of th
 - ``first_judge``: always ``[[A]]`` (a judge with pure position bias).
 - ``with_faults``: wraps a script so the first calls get given statuses (429, 500, 400...),
   or a delay past the client's timeout.
+- ``responder``: a chat model for sampling tests; its Chinese answer is made from the request
+  (model, seed, temperature, last user message), so equal requests get equal answers.
+- ``by_model``: one script per ``body["model"]``, so one server plays several models.
+- ``failing``: always answers with one error status.
 
 ``latency`` delays every reply (simulated model time). ``requests`` counts the requests
 received, ``calls`` keeps them. Use it as a context manager or call ``stop()``.
@@ -105,6 +109,45 @@ def with_faults(script: Script, *, statuses: list[int] = (), slow_calls: int = 0
         return script(call)
 
     return faulty
+
+
+def responder(call: Call) -> Reply:
+    """A sampled chat model: a Chinese answer naming the model, the seed and the temperature
+    of the request and quoting the start of its last user message. Deterministic in the
+    request. An answer longer than ``max_tokens`` characters is cut there and ends with
+    finish reason ``length``, as a real model's would."""
+    body = call.body
+    users = [m.get("content", "") for m in call.messages if m.get("role") == "user"]
+    question = users[-1] if users else ""
+    text = (f"这是{body.get('model')}的第{body.get('seed')}号回答（温度{body.get('temperature')}）。"
+            f"关于“{question[:40]}”：先理清题意，再分步作答，最后给出结论。")
+    limit = body.get("max_tokens")
+    if isinstance(limit, int) and len(text) > limit:
+        return Reply(text[:limit], finish_reason="length")
+    return Reply(text)
+
+
+def by_model(scripts: dict[str, Script]) -> Script:
+    """Answer each request with the script of its ``body["model"]``; an unknown model gets
+    a 404, as real endpoints answer."""
+
+    def dispatch(call: Call) -> Reply:
+        script = scripts.get(call.body.get("model"))
+        if script is None:
+            return Reply(f"The model `{call.body.get('model')}` does not exist.", status=404)
+        return script(call)
+
+    return dispatch
+
+
+def failing(status: int) -> Script:
+    """A script that answers every request with ``status``."""
+
+    def fail(call: Call) -> Reply:
+        headers = {"retry-after": "0"} if status == 429 else {}
+        return Reply(f"injected {status}", status=status, headers=headers)
+
+    return fail
 
 
 class JudgeServer:

@@ -223,16 +223,7 @@ def eval_(
     elif judge is not None:
         from cheems.scoring.judge import JudgeConfig, judge_bench
 
-        generate = None
-        if judge_backend == "vllm":
-            from cheems.scoring.vllm_backend import load_vllm_chat
-
-            generate = load_vllm_chat(judge, trust_remote_code=trust_remote_code).generate
-            api_base = "offline:vllm"
-        elif judge_backend != "api":
-            raise CheemsInputError(f"unknown judge backend {judge_backend!r} (api or vllm)", field="--judge-backend")
-        if not api_base:
-            raise CheemsInputError("--judge needs --api-base URL (an OpenAI-compatible endpoint)")
+        api_base, generate = judge_backend_for(judge_backend, judge, api_base, trust_remote_code)
         config = JudgeConfig(model=judge, api_base=api_base, api_key=api_key, concurrency=concurrency,
                              timeout=timeout, max_retries=max_retries, both_orders=not one_order, seed=seed,
                              cache_path=cache)
@@ -263,6 +254,20 @@ def eval_(
     _print_eval(name, report)
     if judge is not None:
         _print_judge(report)
+
+
+def judge_backend_for(backend: str, judge: str, api_base: Optional[str], trust_remote_code: bool):
+    """(api_base, generate) for a judge: an endpoint at ``api_base``, or a local vLLM model
+    whose ``generate`` answers every conversation offline."""
+    if backend == "vllm":
+        from cheems.scoring.vllm_backend import load_vllm_chat
+
+        return "offline:vllm", load_vllm_chat(judge, trust_remote_code=trust_remote_code).generate
+    if backend != "api":
+        raise CheemsInputError(f"unknown judge backend {backend!r} (api or vllm)", field="--judge-backend")
+    if not api_base:
+        raise CheemsInputError("--judge needs --api-base URL (an OpenAI-compatible endpoint)")
+    return api_base, None
 
 
 def _print_judge(report: dict) -> None:
@@ -669,3 +674,11 @@ def sample(output: Path = typer.Option(Path("cheems-sample"), "-o", "--output",
                 shutil.copyfile(path, dst / item.name)
             names.append(item.name)
     out.print(f"copied {', '.join(sorted(names))} -> {dst}")
+
+
+# ----------------------------------------------------------------------------- curate / analyze
+
+from cheems.cli.curate import analyze_app, curate_app  # noqa: E402  (uses the helpers above)
+
+app.add_typer(curate_app, name="curate")
+app.add_typer(analyze_app, name="analyze")

@@ -1,0 +1,235 @@
+"""`cheems curate STAGE` and `cheems analyze bias`: thin commands over cheems.curation.stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from cheems.cli.app import _fmt, _progress, err, judge_backend_for, out, reports_input_errors
+from cheems.records import CheemsInputError
+
+curate_app = typer.Typer(no_args_is_help=True, help="Build preference data the Cheems way (paper §4): "
+                         "sample -> filter -> judge -> resolve -> debias -> merge.")
+analyze_app = typer.Typer(no_args_is_help=True, help="Look at annotations: annotator bias.")
+
+CONFIG_HELP = "Pipeline YAML (examples/curation/pipeline.yaml); this stage reads its own section. Flags win."
+
+
+def _done(report: dict, what: str) -> None:
+    from cheems.curation.stages import sidecar
+
+    out.print(f"{what} -> {report['output']} (report: {sidecar(report['output'], 'report', '.json')})")
+    if report.get("balanced") is False:  # a bug, not bad input: say so loudly
+        err.print("warning: the stage's counts do not add up; see the report", style="bold red")
+
+
+@curate_app.command("sample")
+@reports_input_errors
+def sample(
+    prompts: List[Path] = typer.Argument(..., help="Prompt rows (JSONL with 'prompt'; responses are ignored)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Prompts with their sampled responses (JSONL)."),
+    config: Path = typer.Option(..., "--config", help=CONFIG_HELP + " The 'sample' section lists the models."),
+    concurrency: Optional[int] = typer.Option(None, help="Requests in flight at once (default 16)."),
+    seed: Optional[int] = typer.Option(None, help="Base sampling seed sent with every request (default 0)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite cache of replies (resume without repeats)."),
+):
+    """Collect k responses per prompt from every model of the config; each response records its
+    model. Prompts whose every request failed go to OUT.failed.jsonl."""
+    from cheems.curation.sample import SampleConfig
+    from cheems.curation.stages import run_sample, stage_settings
+
+    section = dict(stage_settings(config, "sample"))
+    section.update({k: v for k, v in {"concurrency": concurrency, "seed": seed,
+                                       "cache_path": str(cache) if cache else None}.items() if v is not None})
+    cfg = SampleConfig.from_mapping(section, file=str(config))
+    with _progress("sampling") as bar:
+        report = run_sample(prompts, output, cfg, bar)
+    req = report["requests"]
+    out.print(f"{report['output_rows']} prompts with responses ({_fmt(report['responses_per_prompt'], 1)} each), "
+              f"{report['failed_rows']} failed; requests: {req['total']} ({req['failed']} failed), "
+              f"{req['sent']} sent, {req['cached']} from cache")
+    _done(report, "sampled")
+
+
+@curate_app.command("filter")
+@reports_input_errors
+def filter_(
+    inputs: List[Path] = typer.Argument(..., help="Prompts with responses."),
+    output: Path = typer.Option(..., "-o", "--output", help="Prompts with the responses that pass."),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+    rules: Optional[str] = typer.Option(None, help="Comma-separated rules to apply (default: all)."),
+    max_chars: Optional[int] = typer.Option(None, help="Absolute length cap in characters (default 8000)."),
+    max_non_chinese_ratio: Optional[float] = typer.Option(None, help="Largest share of non-Chinese letters "
+                                                          "outside code and formulas (default 0.7)."),
+    near_duplicate_threshold: Optional[float] = typer.Option(None, help="Shingle Jaccard similarity from which "
+                                                             "a later response is a near duplicate (default 0.9)."),
+    min_responses: Optional[int] = typer.Option(None, help="Prompts keeping fewer responses are removed (default 2)."),
+):
+    """Rule filters of §4.1 (high recall): empty, garbled, repeated, non-Chinese, truncated, too
+    long, length outliers, duplicates. Removed responses go to OUT.removed.jsonl with the rule."""
+    from cheems.curation.filters import FilterConfig
+    from cheems.curation.stages import run_filter, settings_into, stage_settings
+
+    given = {"rules": tuple(r.strip() for r in rules.split(",") if r.strip()) if rules else None,
+             "max_chars": max_chars, "max_non_chinese_ratio": max_non_chinese_ratio,
+             "near_duplicate_threshold": near_duplicate_threshold, "min_responses": min_responses}
+    cfg = settings_into(FilterConfig, stage_settings(config, "filter"), given,
+                        file=str(config) if config else None, stage="filter")
+    with _progress("filtering") as bar:
+        report = run_filter(inputs, output, cfg, bar)
+    rules_hit = ", ".join(f"{k} {v}" for k, v in report["removed_by_rule"].items() if v) or "none"
+    out.print(f"kept {report['kept_responses']} of {report['input_responses']} responses in "
+              f"{report['kept_prompts']} of {report['input_prompts']} prompts; removed by rule: {rules_hit}")
+    _done(report, "filtered")
+
+
+@curate_app.command("judge")
+@reports_input_errors
+def judge(
+    inputs: List[Path] = typer.Argument(..., help="Prompts with responses (e.g. the filter stage's output)."),
+    output: Path = typer.Option(..., "-o", "--output", help="The same prompts with the judge's comparisons."),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+    judge_model: Optional[str] = typer.Option(None, "--judge", help="Chat model name at the endpoint "
+                                              "(or a local model folder with --judge-backend vllm)."),
+    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible base URL."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="API key (default $OPENAI_API_KEY)."),
+    concurrency: Optional[int] = typer.Option(None, help="Requests in flight at once (default 16)."),
+    timeout: Optional[float] = typer.Option(None, help="Seconds per request before retrying (default 60)."),
+    max_retries: Optional[int] = typer.Option(None, help="Retries on 429, 5xx and timeouts (default 5)."),
+    both_orders: bool = typer.Option(False, "--both-orders", help="Judge every pair in both orders "
+                                     "(default: one random order per pair, as the paper)."),
+    seed: Optional[int] = typer.Option(None, help="Seed of the random orders (default 0)."),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="SQLite reply cache (resume without repeats)."),
+    judge_backend: str = typer.Option("api", help="api or vllm (GPU, offline)."),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="With vllm: allow model code."),
+):
+    """Compare all C(N,2) response pairs of every prompt with an LLM judge (§4.2), with the
+    category's criteria. A is better -> label g, B -> b, C -> tie s; provenance kept."""
+    from cheems.curation.stages import run_judge, settings_into, stage_settings
+    from cheems.scoring.judge import JudgeConfig
+
+    section = dict(stage_settings(config, "judge"))
+    name = judge_model or section.get("model")
+    if not name:
+        raise CheemsInputError("give the judge model: --judge NAME (or 'model' in the judge section)")
+    base, generate = judge_backend_for(judge_backend, name, api_base or section.get("api_base"), trust_remote_code)
+    given = {"model": name, "api_base": base, "api_key": api_key, "concurrency": concurrency, "timeout": timeout,
+             "max_retries": max_retries, "seed": seed, "cache_path": str(cache) if cache else None,
+             "both_orders": True if both_orders else section.get("both_orders", False)}
+    cfg = settings_into(JudgeConfig, section, given, file=str(config) if config else None, stage="judge")
+    with _progress("judging pairs") as bar:
+        report = run_judge(inputs, output, cfg, bar, generate=generate)
+    labels = report["labels"]
+    out.print(f"{report['judgements']} judgements of {report['pairs']} pairs: {labels['g']} A, {labels['b']} B, "
+              f"{labels['s']} ties; {report['unparseable']} without a verdict, {report['failed']} failed; "
+              f"{report['requests']} requests sent, {report['cached']} from cache; "
+              f"first-position rate {_fmt(report['first_position_rate'], 3)}")
+    _done(report, "judged")
+
+
+@curate_app.command("resolve")
+@reports_input_errors
+def resolve(
+    inputs: List[Path] = typer.Argument(..., help="Judged prompts (the judge stage's output)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Prompts whose comparisons form no cycle."),
+    rm: Optional[Path] = typer.Option(None, "--rm", help="Reward model trained on the human subset "
+                                      "(`cheems train`); scores go to OUT.scores.jsonl, resumable."),
+    scores: Optional[Path] = typer.Option(None, "--scores", help="Or: a scores file of that model."),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
+    scope: Optional[str] = typer.Option(None, help="cycles (default): filter only comparisons inside "
+                                        "cycles; all: also drop every comparison the RM contradicts by > margin."),
+    margin: Optional[float] = typer.Option(None, help="With --scope all: score difference (default 0)."),
+    device: str = typer.Option("cpu", help="cpu or cuda[:N] for --rm."),
+    max_length: int = typer.Option(2048, help="Longest sequence in tokens for --rm (longer: keep the end)."),
+):
+    """Distant supervision (§4.2): where the judge's comparisons form cycles keep only those the
+    reward model agrees with; report kept/dropped and judge-RM agreement per category."""
+    from cheems.curation.stages import run_resolve, stage_settings
+
+    section = stage_settings(config, "resolve")
+    unknown = set(section) - {"scope", "margin"}
+    if unknown:
+        raise CheemsInputError(f"unknown setting(s) {', '.join(sorted(unknown))} (known: margin, scope)",
+                               file=str(config), field="resolve")
+    with _progress("scoring") as bar:
+        report = run_resolve(inputs, output, scores=scores, rm=rm, scope=scope or section.get("scope", "cycles"),
+                             margin=margin if margin is not None else section.get("margin", 0.0), device=device,
+                             max_length=max_length, progress=bar)
+    t = report["total"]
+    out.print(f"kept {t['kept']} of {t['comparisons']} comparisons, dropped {t['dropped']} "
+              f"({', '.join(f'{k} {v}' for k, v in t['dropped_by_reason'].items() if v) or 'none'}); "
+              f"prompts with conflicts {t['prompts_with_conflicts_before']} -> {t['prompts_with_conflicts_after']}; "
+              f"judge-RM agreement {_fmt(t['judge_rm_agreement'], 3)}")
+    _done(report, "resolved")
+
+
+@curate_app.command("debias")
+@reports_input_errors
+def debias(
+    inputs: List[Path] = typer.Argument(..., help="Prompts with comparisons (the resolve stage's output)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Prompts with chosen-longer and chosen-shorter "
+                                "pairs balanced."),
+    seed: int = typer.Option(..., help="Seed of the downsampling."),
+    tolerance: int = typer.Option(0, help="Length differences up to this many characters count as similar."),
+):
+    """Length debiasing (§4.2): downsample whichever of chosen-longer / chosen-shorter pairs is
+    larger to the size of the other. Dropped pairs stay in their rows."""
+    from cheems.curation.stages import run_debias
+
+    report = run_debias(inputs, output, seed=seed, tolerance=tolerance)
+    b, a = report["before"], report["after"]
+    out.print(f"chosen-longer {b['chosen_longer']} -> {a['chosen_longer']}, chosen-shorter {b['chosen_shorter']} -> "
+              f"{a['chosen_shorter']} (share longer {_fmt(b['chosen_longer_share'], 3)} -> "
+              f"{_fmt(a['chosen_longer_share'], 3)}); {report['dropped']} pairs dropped")
+    _done(report, "debiased")
+
+
+@curate_app.command("merge")
+@reports_input_errors
+def merge(
+    human: List[Path] = typer.Option(..., "--human", help="Human-annotated prompts."),
+    judged: List[Path] = typer.Option(..., "--judge", help="Processed judge-annotated prompts."),
+    output: Path = typer.Option(..., "-o", "--output", help="The final dataset (JSONL, with 'source')."),
+    keep_human_annotations: bool = typer.Option(False, "--keep-human-annotations", help="Do not rank human "
+                                                "annotations by conflict resolution first."),
+):
+    """Human subset + processed judge subset -> the final training set, each row with its
+    source. `cheems stats OUT` prints its Table-1 statistics."""
+    from cheems.curation.stages import run_merge
+
+    report = run_merge(human, judged, output, resolve_human=not keep_human_annotations)
+    out.print(f"{report['output_rows']} rows: {report['human_rows']} human, {report['judge_rows']} judge "
+              f"({report['human_ranked_by_resolution']} human rows ranked by conflict resolution)")
+    _done(report, "merged")
+
+
+@analyze_app.command("bias")
+@reports_input_errors
+def bias(
+    files: List[Path] = typer.Argument(..., help="Annotated prompts; each file is one group (e.g. human, judge)."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Folder for PNG plots."),
+    bins: Optional[str] = typer.Option(None, help="Comma-separated positive edges of the length-difference "
+                                       "bins (default 50,200,500: symmetric bins around 0)."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the tables as JSON."),
+):
+    """Annotator bias (Appendix D.3): P(response A chosen) by length difference and by position,
+    per file, with Wilson intervals and a binomial test."""
+    from cheems.curation.bias import format_bias_table
+    from cheems.curation.stages import run_analyze_bias
+    from cheems.formats import write_json
+
+    try:
+        edges = [float(x) for x in bins.split(",")] if bins else None
+    except ValueError:
+        raise CheemsInputError(f"bins must be comma-separated numbers, got {bins!r}", field="--bins") from None
+    groups: dict[str, list[Path]] = {}
+    for f in files:
+        groups.setdefault(f.name[:-len(".jsonl")] if f.name.endswith(".jsonl") else f.stem, []).append(f)
+    result = run_analyze_bias(groups, bins=edges, plots=plots)
+    out.print(format_bias_table(result["tables"]))
+    if json_out:
+        write_json(json_out, result["tables"])
+    for p in result["plots"]:
+        out.print(f"plot -> {p}")

@@ -1,0 +1,232 @@
+"""The file side of each curation stage: read prompt rows, run the stage, write its output
+atomically with a report beside it, and account for every input row.
+
+Each ``run_*`` function is what one ``cheems curate STAGE`` command does. Outputs are written
+whole or not at all (temp file + rename). The long stages (``sample``, ``judge``, and scoring
+in ``resolve``) keep what they have received as they go, in the reply cache or a resumable
+scores file, so a rerun after a crash asks only for what is missing and writes the same
+output as an uninterrupted run. Next to ``OUT.jsonl`` each stage writes ``OUT.report.json``;
+rows or responses a stage removes go to ``OUT.removed.jsonl`` (``filter``) or
+``OUT.failed.jsonl`` (``sample``) with the reason, never silently dropped.
+
+A pipeline config (see ``examples/curation/pipeline.yaml``) holds one section per stage whose
+keys are that stage's settings; `stage_settings` reads a section.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from cheems.formats import check_unique_ids, read_prompts, write_json, write_jsonl
+from cheems.records import CheemsInputError, Prompt
+
+Progress = Callable[[int, int], None]
+
+
+def sidecar(output: str | os.PathLike, kind: str, suffix: str = ".jsonl") -> Path:
+    """``out.jsonl`` -> ``out.KIND.jsonl`` (or another suffix): files written beside an output."""
+    output = Path(output)
+    stem = output.name[:-len(".jsonl")] if output.name.endswith(".jsonl") else output.stem
+    return output.with_name(f"{stem}.{kind}{suffix}")
+
+
+def stage_settings(path: str | os.PathLike | None, stage: str) -> dict:
+    """The ``stage:`` section of a pipeline YAML config ({} without a file or section)."""
+    if path is None:
+        return {}
+    try:
+        import yaml
+    except ImportError:
+        raise CheemsInputError("reading a YAML config needs pyyaml: pip install pyyaml") from None
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise CheemsInputError(f"cannot read YAML config: {e}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise CheemsInputError("a pipeline config is a mapping of stage: settings", file=str(path))
+    section = data.get(stage) or {}
+    if not isinstance(section, dict):
+        raise CheemsInputError(f"the {stage!r} section must be a mapping of setting: value",
+                               file=str(path), field=stage)
+    return section
+
+
+def settings_into(cls, section: dict, given: dict, *, file: str | None = None, stage: str = ""):
+    """An instance of dataclass ``cls`` from a config section, with ``given`` (flags, None =
+    not given) winning; unknown keys are errors naming the stage and key."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in section:
+        if key not in known:
+            raise CheemsInputError(f"unknown setting {key!r} (known: {', '.join(sorted(known))})",
+                                   file=file, field=f"{stage}.{key}" if stage else str(key))
+    values = {**section, **{k: v for k, v in given.items() if v is not None}}
+    for key, value in values.items():  # YAML lists for tuple fields
+        if isinstance(value, list) and key in known:
+            values[key] = tuple(value) if _is_tuple_field(cls, key) else value
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise CheemsInputError(str(e), file=file, field=stage or None) from None
+
+
+def _is_tuple_field(cls, name: str) -> bool:
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return "tuple" in str(f.type)
+
+
+def read_inputs(paths: Sequence[str | os.PathLike]) -> list[Prompt]:
+    """Prompt rows of several files, ids unique across them (an error names both places)."""
+    prompts, locations = _read_located(paths)
+    check_unique_ids(prompts, locations)
+    return prompts
+
+
+def _read_located(paths: Sequence[str | os.PathLike]) -> tuple[list[Prompt], list[tuple[str, int]]]:
+    prompts, locations = [], []
+    for path in paths:
+        res = read_prompts(path)
+        prompts.extend(res.prompts)
+        locations.extend(res.locations())
+    return prompts, locations
+
+
+def _write(output: str | os.PathLike, prompts: list[Prompt], report: dict) -> dict:
+    n = write_jsonl(output, (p.to_dict() for p in prompts))
+    report = {**report, "output": str(output), "output_rows": n}
+    write_json(sidecar(output, "report", ".json"), report)
+    return report
+
+
+# ----------------------------------------------------------------------------- stages
+
+def run_sample(prompt_files: Sequence[str | os.PathLike], output: str | os.PathLike, config,
+               progress: Progress | None = None) -> dict:
+    """Sample responses for every prompt (see `cheems.curation.sample`). Prompts whose
+    every request failed go to ``OUT.failed.jsonl`` with the reasons."""
+    from cheems.curation.sample import read_prompt_rows, sample_responses
+
+    rows = []
+    for path in prompt_files:
+        rows.extend(read_prompt_rows(path))
+    result = sample_responses(rows, config, progress)
+    write_jsonl(sidecar(output, "failed"), result.failed)
+    report = {"stage": "sample", "input_rows": len(rows), "failed_rows": len(result.failed),
+              **result.report()}
+    report = _write(output, result.prompts, report)
+    report["balanced"] = report["input_rows"] == report["output_rows"] + report["failed_rows"]
+    write_json(sidecar(output, "report", ".json"), report)
+    return report
+
+
+def run_filter(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config,
+               progress: Progress | None = None) -> dict:
+    """Rule filters (`cheems.curation.filters`); every removed response (and every prompt left
+    with too few) goes to ``OUT.removed.jsonl`` with its rule and detail."""
+    from cheems.curation.filters import filter_prompts
+
+    prompts = read_inputs(inputs)
+    result = filter_prompts(prompts, config, progress)
+    write_jsonl(sidecar(output, "removed"), result.removed)
+    return _write(output, result.kept, {"stage": "filter", "input_rows": len(prompts), **result.report()})
+
+
+def run_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config,
+              progress: Progress | None = None, *, generate=None) -> dict:
+    """All-pair judging (`cheems.curation.judge`); every row is written, with the judge's
+    comparisons and its ``failed_judgements``."""
+    from cheems.curation.judge import judge_all_pairs
+
+    prompts = read_inputs(inputs)
+    result = judge_all_pairs(prompts, config, progress, generate=generate)
+    report = result.report()
+    report["balanced"] = report["judgements"] == report["comparisons"] + report["unparseable"] + report["failed"]
+    return _write(output, result.prompts, {"stage": "judge", "input_rows": len(prompts), **report})
+
+
+def run_resolve(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *,
+                scores: str | os.PathLike | None = None, rm: str | os.PathLike | None = None,
+                scope: str = "cycles", margin: float = 0.0, device: str = "cpu", dtype: str = "auto",
+                max_length: int = 2048, token_budget: int | None = None,
+                progress: Progress | None = None) -> dict:
+    """Distant supervision (`cheems.curation.distant_supervision`) with the scores of a
+    reward model: read from ``scores``, or computed with ``rm`` into ``OUT.scores.jsonl``
+    (resumable: a rerun scores only what is missing)."""
+    from cheems.curation.distant_supervision import distant_supervision
+    from cheems.formats import read_scores
+
+    if (scores is None) == (rm is None):
+        raise CheemsInputError("give the reward model's scores (--scores FILE) or the model (--rm PATH), one of them")
+    prompts = read_inputs(inputs)
+    if rm is not None:
+        from cheems.scoring.run import score_to_file
+        from cheems.scoring.transformers_rm import load_reward_model
+
+        scores = sidecar(output, "scores")
+        model = load_reward_model(rm, device=device, dtype=dtype, max_length=max_length)
+        meta = {"model": str(Path(rm).resolve()), "max_length": max_length, "dtype": dtype, "device": device}
+        score_to_file(model, prompts, scores, meta=meta, token_budget=token_budget, progress=progress)
+    result = distant_supervision(prompts, read_scores(scores), scope=scope, margin=margin)
+    report = result.report()
+    total = report["total"]
+    report = {"stage": "resolve", "input_rows": len(prompts), "scores": str(scores), **report,
+              "balanced": total["comparisons"] == total["kept"] + total["dropped"]}
+    return _write(output, result.prompts, report)
+
+
+def run_debias(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, seed: int,
+               tolerance: int = 0) -> dict:
+    """Length debiasing (`cheems.curation.debias`); dropped pairs stay in their rows."""
+    from cheems.curation.debias import KINDS, length_debias
+
+    prompts = read_inputs(inputs)
+    kept, report = length_debias(prompts, seed=seed, tolerance=tolerance)
+    before = sum(report["before"][k] for k in KINDS)
+    after = sum(report["after"][k] for k in KINDS)
+    return _write(output, kept, {"stage": "debias", "input_rows": len(prompts), **report,
+                                 "balanced": before == after + report["dropped"]})
+
+
+def run_merge(human: Sequence[str | os.PathLike], judged: Sequence[str | os.PathLike],
+              output: str | os.PathLike, *, resolve_human: bool = True) -> dict:
+    """The final dataset: human rows (``source: human``) then judge rows (``source: judge``).
+
+    Human rows that carry annotations but no ranking are ranked by conflict resolution first
+    (``resolve_human``), so contradicting human labels do not both train. A prompt id present
+    in both parts is an error."""
+    from cheems.graph import resolve_conflicts
+
+    human_rows, human_at = _read_located(human)
+    judge_rows, judge_at = _read_located(judged)
+    check_unique_ids(human_rows + judge_rows, human_at + judge_at)
+    ranked_now = 0
+    if resolve_human:
+        todo = [p for p in human_rows if p.rank is None and p.comparisons]
+        if todo:
+            for p, rank in zip(todo, resolve_conflicts(todo).ranks):
+                p.rank = rank
+            ranked_now = len(todo)
+    merged = []
+    for source, rows in (("human", human_rows), ("judge", judge_rows)):
+        for p in rows:
+            p.extra = {**p.extra, "source": source}
+            merged.append(p)
+    report = {"stage": "merge", "input_rows": len(human_rows) + len(judge_rows), "human_rows": len(human_rows),
+              "judge_rows": len(judge_rows), "human_ranked_by_resolution": ranked_now}
+    report = _write(output, merged, report)
+    report["balanced"] = report["input_rows"] == report["output_rows"]
+    write_json(sidecar(output, "report", ".json"), report)
+    return report
+
+
+def run_analyze_bias(groups: dict[str, Sequence[str | os.PathLike]], *, bins: Sequence[float] | None = None,
+                     plots: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Annotator bias tables (`cheems.curation.bias`) per group of files; PNG plots into
+    ``plots`` when given. Returns ``{"tables", "plots"}``."""
+    from cheems.curation.bias import analyze_bias, plot_bias
+
+    tables = analyze_bias({name: read_inputs(paths) for name, paths in groups.items()}, bins=bins)
+    files = plot_bias(tables, plots) if plots is not None else []
+    return {"tables": tables, "plots": [str(f) for f in files]}
