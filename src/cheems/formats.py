@@ -551,6 +551,21 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 # ----------------------------------------------------------------------------- scores
 
+def read_yaml_mapping(path: str | os.PathLike, *, what: str = "a config file") -> dict:
+    """A YAML file that must hold a mapping (needs pyyaml); errors name the file."""
+    try:
+        import yaml
+    except ImportError:
+        raise CheemsInputError("reading a YAML config needs pyyaml: pip install pyyaml") from None
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise CheemsInputError(f"cannot read YAML config: {e}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise CheemsInputError(f"{what} is a mapping of setting: value", file=str(path))
+    return data
+
+
 def read_scores(path: str | os.PathLike) -> dict[tuple[str, str], float]:
     """Read a SCORES file: rows ``{prompt_id, response_id, score}`` -> {(pid, rid): score}.
 

@@ -161,6 +161,20 @@ def ranked_pairs(rank: dict[str, int]) -> list[tuple[str, str]]:
     return pairs
 
 
+def check_comparisons(p: Prompt) -> None:
+    """Raise CheemsInputError for the first comparison of ``p`` with an unknown label or
+    response (prompts built in code skip the reader's checks)."""
+    known = set(p.response_ids())
+    for k, c in enumerate(p.comparisons):
+        if c.label not in LABELS:
+            raise CheemsInputError(f"prompt {p.id!r}: label must be one of g, b, s, got {c.label!r}",
+                                   field=f"comparisons[{k}].label")
+        for side in ("a", "b"):
+            if getattr(c, side) not in known:
+                raise CheemsInputError(f"prompt {p.id!r}: comparison names unknown response "
+                                       f"{getattr(c, side)!r}", field=f"comparisons[{k}].{side}")
+
+
 def validate_prompt(p: Prompt, *, require_rank: bool = False, comparisons: bool = True) -> None:
     """Check one prompt's internal consistency; raise CheemsInputError naming the field.
 

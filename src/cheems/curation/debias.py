@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from cheems.records import LABELS, CheemsInputError, Comparison, Prompt
+from cheems.records import CheemsInputError, Comparison, Prompt, check_comparisons
 
 KINDS = ("chosen_longer", "chosen_shorter", "similar", "ties")
 """How a comparison relates to length: the chosen response is longer (by more than the
@@ -93,12 +93,13 @@ def length_debias(prompts: list[Prompt], *, seed: int, tolerance: int = 0) -> tu
     for i, p in enumerate(prompts):
         _existing_list(p, DROPPED_KEY)  # check its shape before any work
         q = _as_comparisons(p)
+        check_comparisons(q)
         if p.rank is not None:
             ranked += 1
         lengths = {r.id: text_length(r.content) for r in q.responses}
         row = []
         for j, c in enumerate(q.comparisons):
-            kind = _kind(p, j, c, lengths, tolerance)
+            kind = _kind(c, lengths, tolerance)
             row.append(kind)
             if kind in where:
                 where[kind].append((i, j))
@@ -180,14 +181,8 @@ def _existing_list(p: Prompt, key: str) -> list:
     return list(old)
 
 
-def _kind(p: Prompt, j: int, c: Comparison, lengths: dict[str, int], tolerance: int) -> str:
-    if c.label not in LABELS:
-        raise CheemsInputError(f"prompt {p.id!r}: label must be one of g, b, s, got {c.label!r}",
-                               field=f"comparisons[{j}].label")
-    for side in ("a", "b"):
-        if getattr(c, side) not in lengths:
-            raise CheemsInputError(f"prompt {p.id!r}: comparison names unknown response "
-                                   f"{getattr(c, side)!r}", field=f"comparisons[{j}].{side}")
+def _kind(c: Comparison, lengths: dict[str, int], tolerance: int) -> str:
+    """The kind of a checked comparison (see KINDS)."""
     if c.label == "s":
         return "ties"
     d = lengths[c.a] - lengths[c.b]

@@ -59,7 +59,7 @@ import numpy as np
 
 from cheems.formats import gc_paused
 from cheems.graph import comparison_arrays
-from cheems.records import LABELS, CheemsInputError, Comparison, Prompt
+from cheems.records import CheemsInputError, Comparison, Prompt, check_comparisons
 
 SCOPES = ("cycles", "all")
 
@@ -180,7 +180,8 @@ def _distant_supervision(prompts: list[Prompt], scores: Mapping[tuple[str, str],
     try:
         offsets, a, b, lab, owner, ids = comparison_arrays(prompts)
     except ValueError:
-        _locate_bad_comparison(prompts)
+        for p in prompts:
+            check_comparisons(p)
         raise
     n_nodes = int(offsets[-1])
     score = _node_scores(prompts, scores, offsets, ids, a, b)
@@ -207,20 +208,6 @@ def _distant_supervision(prompts: list[Prompt], scores: Mapping[tuple[str, str],
     categories = [p.main_category for p in prompts]
     return DistantSupervision(out, scope, margin, reason, owner, strict, rm_agrees,
                               conflicted_before, conflicted_after, categories)
-
-
-def _locate_bad_comparison(prompts: list[Prompt]) -> None:
-    """Raise CheemsInputError for the first comparison with an unknown label or response."""
-    for p in prompts:
-        known = set(p.response_ids())
-        for k, c in enumerate(p.comparisons):
-            if c.label not in LABELS:
-                raise CheemsInputError(f"prompt {p.id!r}: label must be one of g, b, s, got {c.label!r}",
-                                       field=f"comparisons[{k}].label")
-            for side in ("a", "b"):
-                if getattr(c, side) not in known:
-                    raise CheemsInputError(f"prompt {p.id!r}: comparison names unknown response "
-                                           f"{getattr(c, side)!r}", field=f"comparisons[{k}].{side}")
 
 
 def _node_scores(prompts: list[Prompt], scores: Mapping[tuple[str, str], float], offsets: np.ndarray,

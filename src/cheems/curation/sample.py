@@ -63,10 +63,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from cheems.formats import _category, _row_id, _subset, _text, iter_rows
+from cheems.formats import _category, _row_id, _subset, _text, iter_rows, read_yaml_mapping
 from cheems.records import ROLES, CheemsInputError, Prompt, PromptText, Response
 from cheems.scoring.cache import ReplyCache, default_cache_path
-from cheems.scoring.judge import _ask, _Failed
+from cheems.scoring.judge import _ask, _Failed, run_all
 
 SAMPLE_CACHE_NAME = "samples.sqlite"
 LOCAL_CHUNK = 2048
@@ -320,14 +320,7 @@ class SampleConfig:
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "SampleConfig":
         """A config from a YAML file (needs pyyaml): see :meth:`from_mapping`."""
-        try:
-            import yaml
-        except ImportError:
-            raise CheemsInputError("reading a YAML config needs pyyaml: pip install pyyaml") from None
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            raise CheemsInputError(f"cannot read YAML config: {e}", file=str(path)) from None
+        data = read_yaml_mapping(path, what="a sampling config")
         return cls.from_mapping(data, file=path)
 
 
@@ -579,13 +572,9 @@ async def _request_all(keys: list[str], by_key: dict, models: list[SampleModel],
             outcomes[key] = _store(cache, key, settings[mi][k], k, text, finish_reason)
         finish(key)
 
-    tasks = [asyncio.create_task(one(key)) for key in keys]
     try:
-        await asyncio.gather(*tasks)
+        await run_all(one(key) for key in keys)
     finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         for client in clients.values():
             await client.close()
 

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cheems.formats import check_unique_ids, read_prompts, write_json, write_jsonl
+from cheems.formats import check_unique_ids, read_prompts, read_yaml_mapping, write_json, write_jsonl
 from cheems.records import CheemsInputError, Prompt
 
 Progress = Callable[[int, int], None]
@@ -37,16 +37,7 @@ def stage_settings(path: str | os.PathLike | None, stage: str) -> dict:
     """The ``stage:`` section of a pipeline YAML config ({} without a file or section)."""
     if path is None:
         return {}
-    try:
-        import yaml
-    except ImportError:
-        raise CheemsInputError("reading a YAML config needs pyyaml: pip install pyyaml") from None
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise CheemsInputError(f"cannot read YAML config: {e}", file=str(path)) from None
-    if not isinstance(data, dict):
-        raise CheemsInputError("a pipeline config is a mapping of stage: settings", file=str(path))
+    data = read_yaml_mapping(path, what="a pipeline config (stage: settings)")
     section = data.get(stage) or {}
     if not isinstance(section, dict):
         raise CheemsInputError(f"the {stage!r} section must be a mapping of setting: value",

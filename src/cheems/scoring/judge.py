@@ -257,14 +257,22 @@ async def _request_all(keys: list[str], by_key: dict[str, list[Judgement]],
             _store(key, js, text, finish_reason, config, cache)
         finish(js)
 
-    tasks = [asyncio.create_task(one(k)) for k in keys]
+    try:
+        await run_all(one(k) for k in keys)
+    finally:
+        await client.close()
+
+
+async def run_all(coroutines) -> None:
+    """Run coroutines concurrently; when one raises (or the caller is cancelled) the rest are
+    cancelled and awaited, so no request outlives the run."""
+    tasks = [asyncio.create_task(c) for c in coroutines]
     try:
         await asyncio.gather(*tasks)
     finally:
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await client.close()
 
 
 def _store(key: str, js: list[Judgement], text: str, finish_reason: str | None, config: JudgeConfig,

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cheems.formats import read_prompts
+from cheems.formats import read_prompts, read_yaml_mapping
 from cheems.records import CheemsInputError, Prompt, ranked_pairs
 
 MISSING_EXTRA = "training needs the models extra: pip install 'cheems[models]'"
@@ -89,16 +89,7 @@ class TrainConfig:
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "TrainConfig":
         """A config from a YAML mapping whose keys are the field names (needs pyyaml)."""
-        try:
-            import yaml
-        except ImportError:
-            raise CheemsInputError("reading a YAML config needs pyyaml: pip install pyyaml") from None
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as e:
-            raise CheemsInputError(f"cannot read YAML config: {e}", file=str(path)) from None
-        if not isinstance(data, dict):
-            raise CheemsInputError("a config file is a mapping of setting: value", file=str(path))
+        data = read_yaml_mapping(path)
         known = {f.name for f in dataclasses.fields(cls)}
         for key in data:
             if key not in known:
