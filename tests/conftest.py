@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterable
@@ -32,6 +34,18 @@ def write_rows(tmp_path: Path) -> Callable[..., Path]:
         return write_jsonl_rows(tmp_path / name, rows)
 
     return write
+
+
+def kill_when(proc: subprocess.Popen, reached: Callable[[], bool], timeout: float = 30.0) -> None:
+    """SIGKILL ``proc`` as soon as ``reached()`` holds; fail if it ended on its own first."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not reached() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, "the run ended before it could be killed"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
 
 
 def run_cli_in(cwd: Path | None, *args: str | Path) -> subprocess.CompletedProcess:

@@ -8,15 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, run_cli_in
+from tests.conftest import kill_when, run_cli_in
 from tests.openai_server import Call, JudgeServer, Reply, quality
 from tests.test_trainer import ranked, write
 from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
@@ -244,11 +242,7 @@ def test_judge_stage_killed_midway_resumes_without_repeating_requests(tmp_path):
 
         start = server.requests
         victim = judge(tmp_path / "cut.jsonl", tmp_path / "b.sqlite")
-        deadline = time.time() + 60
-        while server.requests - start < needed // 2 and time.time() < deadline:
-            time.sleep(0.02)
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=30)
+        kill_when(victim, lambda: server.requests - start >= needed // 2, timeout=60)
         assert not (tmp_path / "cut.jsonl").exists()  # nothing half-written
         resumed = judge(tmp_path / "cut.jsonl", tmp_path / "b.sqlite")
         assert resumed.wait(timeout=120) == 0

@@ -6,15 +6,14 @@ cancelled, failed or killed run, config validation and prompt files."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
 import pytest
 
+from tests.conftest import REPO_ROOT, kill_when
 from cheems.curation.sample import (PromptRow, SampleConfig, SampleModel, default_sample_cache_path,
                                     read_prompt_rows, sample_responses)
 from cheems.formats import read_prompts, write_jsonl
@@ -22,7 +21,6 @@ from cheems.records import CheemsInputError, Prompt, Response
 from cheems.scoring.cache import ReplyCache, default_cache_path
 from tests.openai_server import Call, JudgeServer, Reply, by_model, failing, responder, with_faults
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CHAT = [{"role": "system", "content": "你是一位诗人。"},
         {"role": "user", "content": "写两句关于秋天的诗。"},
@@ -312,14 +310,7 @@ def test_killed_run_resumes_without_repeating_requests(tmp_path):
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
         proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(prompt_file), str(tmp_path / "sample.yaml")],
                                 env=env, cwd=tmp_path)
-        try:
-            deadline = time.monotonic() + 30
-            while srv.requests < 6 and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert proc.poll() is None, "the run ended before it could be killed"
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+        kill_when(proc, lambda: srv.requests >= 6)
         kept = len(ReplyCache(cache))
         assert 4 <= kept < needed
         srv.latency = 0.0

@@ -7,7 +7,6 @@ import asyncio
 import math
 import os
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import REPO_ROOT, kill_when
 from cheems.formats import read_prompts, write_jsonl
 from cheems.metrics import Outcomes, evaluate_outcomes
 from cheems.records import CheemsInputError, Prompt, Response
@@ -30,7 +30,6 @@ from cheems.scoring.judge_prompt import (CRITERIA, SYSTEM_PROMPT, TEMPLATE_VERSI
 from tests.openai_server import (Call, JudgeServer, Reply, first_judge, garbled_judge, quality,
                                  smart_judge, with_faults)
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 # ----------------------------------------------------------------------------- data
@@ -508,14 +507,7 @@ def test_killed_run_resumes_without_repeating_requests(tmp_path):
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
         proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(bench), srv.base_url, str(cache)],
                                 env=env, cwd=tmp_path)
-        try:
-            deadline = time.monotonic() + 30
-            while srv.requests < 10 and proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert proc.poll() is None, "the run ended before it could be killed"
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+        kill_when(proc, lambda: srv.requests >= 10)
         kept = len(ReplyCache(cache))
         assert 6 <= kept < 2 * N_PAIRS
     with JudgeServer(smart_judge) as fresh:  # a new server (new port): the cache still applies
