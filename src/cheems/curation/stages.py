@@ -84,9 +84,13 @@ def _read_located(paths: Sequence[str | os.PathLike]) -> tuple[list[Prompt], lis
     return prompts, locations
 
 
-def _write(output: str | os.PathLike, prompts: list[Prompt], report: dict) -> dict:
+def _write(output: str | os.PathLike, prompts: list[Prompt], report: dict, *, set_aside: int | None = None) -> dict:
+    """Write the rows and the report; with ``set_aside`` (rows written elsewhere) the report's
+    ``balanced`` says whether input rows = output rows + set aside."""
     n = write_jsonl(output, (p.to_dict() for p in prompts))
     report = {**report, "output": str(output), "output_rows": n}
+    if set_aside is not None:
+        report["balanced"] = report["input_rows"] == n + set_aside
     write_json(sidecar(output, "report", ".json"), report)
     return report
 
@@ -106,10 +110,7 @@ def run_sample(prompt_files: Sequence[str | os.PathLike], output: str | os.PathL
     write_jsonl(sidecar(output, "failed"), result.failed)
     report = {"stage": "sample", "input_rows": len(rows), "failed_rows": len(result.failed),
               **result.report()}
-    report = _write(output, result.prompts, report)
-    report["balanced"] = report["input_rows"] == report["output_rows"] + report["failed_rows"]
-    write_json(sidecar(output, "report", ".json"), report)
-    return report
+    return _write(output, result.prompts, report, set_aside=len(result.failed))
 
 
 def run_filter(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config,
@@ -206,10 +207,7 @@ def run_merge(human: Sequence[str | os.PathLike], judged: Sequence[str | os.Path
             merged.append(p)
     report = {"stage": "merge", "input_rows": len(human_rows) + len(judge_rows), "human_rows": len(human_rows),
               "judge_rows": len(judge_rows), "human_ranked_by_resolution": ranked_now}
-    report = _write(output, merged, report)
-    report["balanced"] = report["input_rows"] == report["output_rows"]
-    write_json(sidecar(output, "report", ".json"), report)
-    return report
+    return _write(output, merged, report, set_aside=0)
 
 
 def run_analyze_bias(groups: dict[str, Sequence[str | os.PathLike]], *, bins: Sequence[float] | None = None,

@@ -283,7 +283,7 @@ def _gather_rewards(local, sizes: list[int], rank: int):
     return gathered[keep]
 
 
-def deal(batch: list[int], lengths, n: int) -> list[list[int]]:
+def _deal(batch: list[int], lengths, n: int) -> list[list[int]]:
     """One forward batch split into ``n`` parts of similar size and length (longest first,
     dealt round-robin). With fewer sequences than parts, parts repeat a sequence so that no
     process idles in a collective; `_pairs_in` uses only the first copy."""
@@ -632,7 +632,7 @@ def train(config: TrainConfig, progress: Progress | None = None) -> dict:
             sums = {"loss": 0.0, "pair_loss": 0.0, "reg": 0.0}
             right = pairs = 0
             for batch in group:
-                parts = deal(batch, lengths, n_proc)
+                parts = _deal(batch, lengths, n_proc)
                 first_rows, better, worse = _pairs_in(parts, data, where)
                 input_ids, mask = pad_right([data.ids[i] for i in parts[rank]], pad_id, device)
                 with accelerator.accumulate(reward_model):  # DDP syncs on the group's last batch only
