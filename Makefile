@@ -30,6 +30,10 @@ bench: $(BIN)/cheems
 	$(BIN)/python benchmarks/bench_rank_cli.py
 	$(BIN)/python benchmarks/bench_scoring.py
 	$(BIN)/python benchmarks/bench_judge.py
+	$(BIN)/python benchmarks/bench_batching.py
+	$(BIN)/python benchmarks/bench_train.py
+	$(BIN)/python benchmarks/bench_curate_judge.py
+	$(BIN)/python benchmarks/bench_distant_supervision.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache
