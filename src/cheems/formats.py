@@ -18,6 +18,7 @@ Every error is a :class:`~cheems.records.CheemsInputError` naming file, line and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import os
 import tempfile
@@ -564,6 +565,27 @@ def read_yaml_mapping(path: str | os.PathLike, *, what: str = "a config file") -
     if not isinstance(data, dict):
         raise CheemsInputError(f"{what} is a mapping of setting: value", file=str(path))
     return data
+
+
+def config_from_mapping(cls, data: dict, *, file: str | None = None, prefix: str = ""):
+    """An instance of the dataclass ``cls`` from a mapping of its field names (a YAML section).
+
+    A key that is no field is an error naming ``prefix + key``; a list given for a field whose
+    default is a tuple becomes a tuple; what the constructor refuses is a CheemsInputError,
+    located in ``file`` under ``prefix``."""
+    fields_ = {f.name: f for f in dataclasses.fields(cls)}
+    for key in data:
+        if key not in fields_:
+            raise CheemsInputError(f"unknown setting {key!r} (known: {', '.join(sorted(fields_))})",
+                                   file=file, field=f"{prefix}{key}")
+    values = {k: tuple(v) if isinstance(v, list) and isinstance(fields_[k].default, tuple) else v
+              for k, v in data.items()}
+    try:
+        return cls(**values)
+    except TypeError as e:
+        raise CheemsInputError(str(e), file=file, field=prefix.rstrip(".") or None) from None
+    except CheemsInputError as e:
+        raise CheemsInputError(e.message, file=file, field=f"{prefix}{e.field}" if e.field else None) from None
 
 
 def read_scores(path: str | os.PathLike) -> dict[tuple[str, str], float]:

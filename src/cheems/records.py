@@ -161,6 +161,25 @@ def ranked_pairs(rank: dict[str, int]) -> list[tuple[str, str]]:
     return pairs
 
 
+def check_prompt_text(prompt: Any) -> None:
+    """Raise CheemsInputError unless ``prompt`` is non-empty text or a non-empty list of chat
+    messages, each with a known role and string content."""
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise CheemsInputError("prompt is empty", field="prompt")
+        return
+    if not isinstance(prompt, list):
+        raise CheemsInputError("prompt must be a string or a list of chat messages", field="prompt")
+    if not prompt:
+        raise CheemsInputError("prompt has no messages", field="prompt")
+    for i, m in enumerate(prompt):
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            raise CheemsInputError("a message must be an object with a string 'content'", field=f"prompt[{i}]")
+        if m.get("role") not in ROLES:
+            raise CheemsInputError(f"role must be one of {', '.join(ROLES)}, got {m.get('role')!r}",
+                                   field=f"prompt[{i}].role")
+
+
 def check_comparisons(p: Prompt) -> None:
     """Raise CheemsInputError for the first comparison of ``p`` with an unknown label or
     response (prompts built in code skip the reader's checks)."""
@@ -183,21 +202,7 @@ def validate_prompt(p: Prompt, *, require_rank: bool = False, comparisons: bool 
     responses (and two different ones) with a label in g/b/s (skipped with
     ``comparisons=False`` when the reader has already checked them).
     """
-    if isinstance(p.prompt, str):
-        if not p.prompt.strip():
-            raise CheemsInputError("prompt is empty", field="prompt")
-    elif isinstance(p.prompt, list):
-        if not p.prompt:
-            raise CheemsInputError("prompt has no messages", field="prompt")
-        for i, m in enumerate(p.prompt):
-            if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-                raise CheemsInputError("a message must be an object with a string 'content'",
-                                       field=f"prompt[{i}]")
-            if m.get("role") not in ROLES:
-                raise CheemsInputError(f"role must be one of {', '.join(ROLES)}, got {m.get('role')!r}",
-                                       field=f"prompt[{i}].role")
-    else:
-        raise CheemsInputError("prompt must be a string or a list of chat messages", field="prompt")
+    check_prompt_text(p.prompt)
     if not p.responses:
         raise CheemsInputError("response list is empty", field="responses")
     seen: dict[str, int] = {}

@@ -59,12 +59,12 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from cheems.formats import _category, _row_id, _subset, _text, iter_rows, read_yaml_mapping
-from cheems.records import ROLES, CheemsInputError, Prompt, PromptText, Response
+from cheems.formats import _category, _row_id, _subset, _text, config_from_mapping, iter_rows, read_yaml_mapping
+from cheems.records import CheemsInputError, Prompt, PromptText, Response, check_prompt_text
 from cheems.scoring.cache import ReplyCache, default_cache_path
 from cheems.scoring.judge import _ask, _Failed, run_all
 
@@ -101,23 +101,10 @@ class PromptRow:
     extra: dict[str, Any] = field(default_factory=dict)  # other keys of the row, kept as they are
 
 
-def check_prompt_text(prompt: Any) -> None:
+def check_sample_prompt(prompt: Any) -> None:
     """Raise CheemsInputError unless ``prompt`` is non-empty text or a chat ending in a user turn."""
-    if isinstance(prompt, str):
-        if not prompt.strip():
-            raise CheemsInputError("prompt is empty", field="prompt")
-        return
-    if not isinstance(prompt, list):
-        raise CheemsInputError("prompt must be a string or a list of chat messages", field="prompt")
-    if not prompt:
-        raise CheemsInputError("prompt has no messages", field="prompt")
-    for i, m in enumerate(prompt):
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-            raise CheemsInputError("a message must be an object with a string 'content'", field=f"prompt[{i}]")
-        if m.get("role") not in ROLES:
-            raise CheemsInputError(f"role must be one of {', '.join(ROLES)}, got {m.get('role')!r}",
-                                   field=f"prompt[{i}].role")
-    if prompt[-1]["role"] != "user":
+    check_prompt_text(prompt)
+    if isinstance(prompt, list) and prompt[-1]["role"] != "user":
         raise CheemsInputError("the last message must be from 'user': it is what the models answer",
                                field=f"prompt[{len(prompt) - 1}].role")
 
@@ -128,7 +115,7 @@ def parse_prompt_row(obj: Any) -> PromptRow:
     if not isinstance(obj, dict):
         raise CheemsInputError(f"row must be a JSON object, got {type(obj).__name__}")
     prompt = _text(obj, "prompt", "input")
-    check_prompt_text(prompt)
+    check_sample_prompt(prompt)
     extra = {k: v for k, v in obj.items() if k not in DROPPED_KEYS}
     return PromptRow(_row_id(obj, prompt), prompt, _category(obj), _subset(obj), extra)
 
@@ -288,34 +275,20 @@ class SampleConfig:
             data, prefix = data["sample"], "sample."
             if not isinstance(data, dict):
                 raise CheemsInputError("must be a mapping of setting: value", file=file, field="sample")
-        known = {f.name for f in fields(cls)}
-        for key in data:
-            if key not in known:
-                raise CheemsInputError(f"unknown setting {key!r}", file=file, field=f"{prefix}{key}")
         raw = data.get("models")
         if not isinstance(raw, list) or not raw:
             raise CheemsInputError("give a list of models, each with a name and api_base or vllm",
                                    file=file, field=f"{prefix}models")
-        model_keys = {f.name for f in fields(SampleModel)}
         models = []
         for i, m in enumerate(raw):
             where = f"{prefix}models[{i}]"
             if not isinstance(m, dict):
                 raise CheemsInputError("a model is a mapping such as {name: ..., api_base: ...}",
                                        file=file, field=where)
-            for key in m:
-                if key not in model_keys:
-                    raise CheemsInputError(f"unknown setting {key!r}", file=file, field=f"{where}.{key}")
             if "name" not in m:
                 raise CheemsInputError("missing", file=file, field=f"{where}.name")
-            try:
-                models.append(SampleModel(**m))
-            except CheemsInputError as e:
-                raise CheemsInputError(e.message, file=file, field=f"{where}.{e.field}") from None
-        try:
-            return cls(**{**data, "models": models})
-        except CheemsInputError as e:
-            raise CheemsInputError(e.message, file=file, field=f"{prefix}{e.field}") from None
+            models.append(config_from_mapping(SampleModel, m, file=file, prefix=f"{where}."))
+        return config_from_mapping(cls, {**data, "models": models}, file=file, prefix=prefix)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike) -> "SampleConfig":
@@ -486,7 +459,7 @@ def _check_prompts(prompts: list) -> None:
     first: dict[str, int] = {}
     for i, p in enumerate(prompts):
         try:
-            check_prompt_text(p.prompt)
+            check_sample_prompt(p.prompt)
         except CheemsInputError as e:
             raise CheemsInputError(f"prompt {p.id!r}: {e.message}", field=f"prompts[{i}].{e.field}") from None
         j = first.setdefault(p.id, i)

@@ -15,12 +15,12 @@ keys are that stage's settings; `stage_settings` reads a section.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from cheems.formats import check_unique_ids, read_prompts, read_yaml_mapping, write_json, write_jsonl
+from cheems.formats import (check_unique_ids, config_from_mapping, read_prompts, read_yaml_mapping, write_json,
+                            write_jsonl)
 from cheems.records import CheemsInputError, Prompt
 
 Progress = Callable[[int, int], None]
@@ -48,24 +48,8 @@ def stage_settings(path: str | os.PathLike | None, stage: str) -> dict:
 def settings_into(cls, section: dict, given: dict, *, file: str | None = None, stage: str = ""):
     """An instance of dataclass ``cls`` from a config section, with ``given`` (flags, None =
     not given) winning; unknown keys are errors naming the stage and key."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    for key in section:
-        if key not in known:
-            raise CheemsInputError(f"unknown setting {key!r} (known: {', '.join(sorted(known))})",
-                                   file=file, field=f"{stage}.{key}" if stage else str(key))
-    values = {**section, **{k: v for k, v in given.items() if v is not None}}
-    for key, value in values.items():  # YAML lists for tuple fields
-        if isinstance(value, list) and key in known:
-            values[key] = tuple(value) if _is_tuple_field(cls, key) else value
-    try:
-        return cls(**values)
-    except TypeError as e:
-        raise CheemsInputError(str(e), file=file, field=stage or None) from None
-
-
-def _is_tuple_field(cls, name: str) -> bool:
-    f = next(f for f in dataclasses.fields(cls) if f.name == name)
-    return "tuple" in str(f.type)
+    return config_from_mapping(cls, {**section, **{k: v for k, v in given.items() if v is not None}},
+                               file=file, prefix=f"{stage}." if stage else "")
 
 
 def read_inputs(paths: Sequence[str | os.PathLike]) -> list[Prompt]:

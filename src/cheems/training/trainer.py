@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cheems.formats import read_prompts, read_yaml_mapping
+from cheems.formats import config_from_mapping, read_prompts, read_yaml_mapping
 from cheems.records import CheemsInputError, Prompt, ranked_pairs
 
 MISSING_EXTRA = "training needs the models extra: pip install 'cheems[models]'"
@@ -90,17 +90,10 @@ class TrainConfig:
     def from_yaml(cls, path: str | os.PathLike) -> "TrainConfig":
         """A config from a YAML mapping whose keys are the field names (needs pyyaml)."""
         data = read_yaml_mapping(path)
-        known = {f.name for f in dataclasses.fields(cls)}
-        for key in data:
-            if key not in known:
-                raise CheemsInputError(f"unknown setting {key!r}", file=str(path), field=str(key))
         for key in ("train", "eval"):
             if isinstance(data.get(key), str):
                 data[key] = [data[key]]
-        try:
-            return cls(**data)
-        except TypeError as e:
-            raise CheemsInputError(str(e), file=str(path)) from None
+        return config_from_mapping(cls, data, file=str(path))
 
     def validate(self) -> None:
         """Check ranges once, at the boundary; raise CheemsInputError naming the field."""
