@@ -20,7 +20,7 @@ from itertools import combinations
 from typing import Callable
 
 from cheems.records import Comparison, Prompt
-from cheems.scoring.judge import ORDERS, Generate, JudgeConfig, Judgement, run_judgements
+from cheems.scoring.judge import ORDERS, Generate, JudgeConfig, Judgement, first_position_rate, run_judgements
 
 VERDICT_LABELS = {"A": "g", "B": "b", "C": "s"}
 
@@ -91,14 +91,13 @@ def judge_all_pairs(prompts: list[Prompt], config: JudgeConfig,
         if failures:
             extra["failed_judgements"] = failures
         out.append(Prompt(p.id, p.prompt, p.responses, p.rank, comparisons, p.category, p.subset, extra))
-    sided = [j.verdict for j in plan if j.verdict in ("A", "B")]
     report = {
         "judge": config.model, "orders": "both" if config.both_orders else "random", "seed": config.seed,
         "prompts": len(prompts), "prompts_without_pairs": sum(len(p.responses) < 2 for p in prompts),
         "pairs": len({j.pair for j in plan}), "judgements": len(plan), "comparisons": sum(labels.values()),
         "labels": labels, "unparseable": unparseable, "failed": failed,
         "truncated": sum(j.finish_reason == "length" for j in plan),
-        "first_position_rate": sided.count("A") / len(sided) if sided else None,
+        "first_position_rate": first_position_rate(plan),
         "requests": stats["requests"], "cached": stats["cached"],
     }
     return JudgeResult(out, report)

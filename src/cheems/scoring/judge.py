@@ -392,11 +392,10 @@ def judge_report(prompts: list[Prompt], plan: list[Judgement], config: JudgeConf
     both = [rec["judgements"] for rec in pairs.values()
             if all(rec["judgements"].get(o, {}).get("verdict") is not None for o in ORDERS)]
     agree = sum(js["ab"]["choice"] == js["ba"]["choice"] for js in both)
-    sided = [j.verdict for j in plan if j.verdict in ("A", "B")]
     report.update(
         position_consistency=agree / len(both) if both else None,
         consistency_pairs=len(both),
-        first_position_rate=sided.count("A") / len(sided) if sided else None,
+        first_position_rate=first_position_rate(plan),
         judgements=len(plan),
         unparseable=sum(j.verdict is None and j.error is None for j in plan),
         truncated=sum(j.finish_reason == "length" for j in plan),
@@ -406,6 +405,12 @@ def judge_report(prompts: list[Prompt], plan: list[Judgement], config: JudgeConf
         pairs=list(pairs.values()),
     )
     return report
+
+
+def first_position_rate(plan: list[Judgement]) -> float | None:
+    """Share of A/B verdicts that chose 回答A (0.5 is unbiased; None without any)."""
+    sided = [j.verdict for j in plan if j.verdict in ("A", "B")]
+    return sided.count("A") / len(sided) if sided else None
 
 
 def _mean(values: list) -> float | None:

@@ -98,13 +98,12 @@ class TrainConfig:
     def validate(self) -> None:
         """Check ranges once, at the boundary; raise CheemsInputError naming the field."""
         positive = ("epochs", "max_length", "micro_batch_size", "gradient_accumulation")
+        if self.token_budget is not None:
+            positive += ("token_budget",)
         for name in positive:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise CheemsInputError(f"must be a positive integer, got {v!r}", field=name)
-        if self.token_budget is not None and (not isinstance(self.token_budget, int)
-                                              or isinstance(self.token_budget, bool) or self.token_budget < 1):
-            raise CheemsInputError(f"must be a positive integer, got {self.token_budget!r}", field="token_budget")
         for name in ("eval_every", "save_every", "seed", "lora_r", "lora_alpha"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
@@ -673,11 +672,12 @@ def train(config: TrainConfig, progress: Progress | None = None) -> dict:
     if eval_step != step:
         last_eval = run_eval()
     accelerator.wait_for_everyone()
-    state = _model_state(accelerator, reward_model)
+    # LoRA is refused under ZeRO-3, so its weights are whole on every process: merge them
+    state = None if config.lora_r else _model_state(accelerator, reward_model)
     if main:
         inner = accelerator.unwrap_model(reward_model).inner
-        if config.lora_r:  # not ZeRO-3 (refused above): the weights are whole on every process
-            inner, state = inner.merge_and_unload(), None
+        if config.lora_r:
+            inner = inner.merge_and_unload()
         inner.save_pretrained(output, state_dict=state)
         tokenizer.save_pretrained(output)
     accelerator.wait_for_everyone()
