@@ -104,7 +104,8 @@ def check_output_folder(folder: str | os.PathLike, inputs: Iterable[str | os.Pat
             raise CheemsInputError(f"the output folder holds an input ({inp}); choose another folder",
                                    file=str(folder))
     if folder.exists() and not folder.is_dir():
-        raise CheemsInputError("is a file, expected a folder", file=str(folder))
+        raise CheemsInputError(f"is {'a file' if folder.is_file() else 'not a folder'}, expected a folder",
+                               file=str(folder))
     problem = _unwritable(folder / "file")  # what writing a file into the folder would meet
     if problem:
         raise CheemsInputError(problem, file=str(folder))
@@ -113,6 +114,8 @@ def check_output_folder(folder: str | os.PathLike, inputs: Iterable[str | os.Pat
 def _unwritable(path: Path) -> str | None:
     if path.is_dir():
         return "is a folder, expected a file name"
+    if path.exists() and not path.is_file():  # renaming over a device or a pipe would replace it
+        return "is not a regular file (a device, pipe or socket); write the output to a file"
     folder = path.parent
     while not folder.exists() and folder != folder.parent:  # the folders up to here get made
         folder = folder.parent
@@ -120,6 +123,23 @@ def _unwritable(path: Path) -> str | None:
         return f"cannot be created: {folder} is a file, not a folder"
     if not os.access(folder, os.W_OK | os.X_OK):
         return f"cannot be written: no permission to write in {folder}"
+    return _probe(folder, make_folder=folder != path.parent)
+
+
+def _probe(folder: Path, *, make_folder: bool) -> str | None:
+    """Create and remove a file (or, where folders are still to be made, a folder) in
+    ``folder``: the permission bits do not tell everything (a read-only file system, a kernel
+    folder where even root cannot create anything)."""
+    probe = _temp_name(folder / "probe")
+    try:
+        if make_folder:
+            os.mkdir(probe, 0o700)
+        else:
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as e:
+        return f"cannot be written: {e.strerror or e} in {folder}"
+    with contextlib.suppress(OSError):
+        os.rmdir(probe) if make_folder else os.unlink(probe)
     return None
 
 
@@ -216,10 +236,21 @@ def outputs_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | N
             except OSError as e:
                 raise _write_error(p, e) from None
     try:
-        yield temps
-        for tmp, final in zip(temps, finals):
-            if tmp is not None and tmp.exists():
-                os.replace(tmp, final)
+        try:
+            yield temps
+            for tmp, final in zip(temps, finals):
+                if tmp is not None and tmp.exists():
+                    os.replace(tmp, final)
+        except CheemsInputError as e:  # an error about a temp file is about its output
+            named = {str(t): str(f) for t, f in zip(temps, finals) if t is not None}
+            if e.file not in named:
+                raise
+            raise CheemsInputError(e.message, file=named[e.file], line=e.line, field=e.field) from None
+        except OSError as e:
+            final = next((f for t, f in zip(temps, finals) if t is not None and str(t) == e.filename), None)
+            if final is None or e.errno not in WRITE_ERRORS:
+                raise
+            raise _write_error(final, e) from None
     finally:
         for tmp in temps:
             if tmp is not None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 from enum import Enum
 from importlib import resources
 from pathlib import Path
@@ -635,16 +634,25 @@ def _training_progress(bar):
 def example_data(output: Path = typer.Option(Path("cheems-sample"), "-o", "--output",
                                              help="Folder to copy the bundled sample data into.")):
     """Copy the bundled Chinese sample annotations (subsets open and human) into a folder."""
+    _copy_example_data(output)
+
+
+@reports_input_errors
+def _copy_example_data(output: Path) -> None:
+    from cheems.io import atomic_open, check_output_folder
+
     src = resources.files("cheems") / "data" / "sample" / "annotations"
     dst = output / "annotations"
-    dst.mkdir(parents=True, exist_ok=True)
-    names = []
-    for item in src.iterdir():
-        if item.name.endswith(".jsonl"):
-            with resources.as_file(item) as path:
-                shutil.copyfile(path, dst / item.name)
-            names.append(item.name)
-    out.print(f"copied {', '.join(sorted(names))} -> {dst}")
+    check_output_folder(dst)
+    items = {item.name: item.read_bytes() for item in src.iterdir() if item.name.endswith(".jsonl")}
+    for name, data in items.items():  # a file of the user's is never replaced by ours
+        if (dst / name).exists() and (dst / name).read_bytes() != data:
+            raise CheemsInputError("already exists and differs from the sample; choose another folder",
+                                   file=str(dst / name))
+    for name, data in sorted(items.items()):
+        with atomic_open(dst / name) as f:
+            f.write(data)
+    out.print(f"copied {', '.join(sorted(items))} -> {dst}")
 
 
 @app.command("sample", hidden=True)
@@ -652,4 +660,4 @@ def sample_alias(output: Path = typer.Option(Path("cheems-sample"), "-o", "--out
                                              help="Folder to copy the bundled sample data into.")):
     """The old name of `cheems example-data`."""
     err.print("note: `cheems sample` is now `cheems example-data` (`cheems curate sample` samples responses)")
-    example_data(output)
+    _copy_example_data(output)

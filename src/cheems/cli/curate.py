@@ -215,13 +215,15 @@ def bias(
     per file, with Wilson intervals and a binomial test."""
     from cheems.curation.bias import format_bias_table
     from cheems.curation.stages import run_analyze_bias
-    from cheems.io import check_outputs, write_json
+    from cheems.io import check_output_folder, check_outputs, write_json
 
     try:
         edges = [float(x) for x in bins.split(",")] if bins else None
     except ValueError:
         raise CheemsInputError(f"bins must be comma-separated numbers, got {bins!r}", field="--bins") from None
     check_outputs([json_out], files)
+    if plots is not None:
+        check_output_folder(plots, files)
     groups: dict[str, list[Path]] = {}
     for f in files:
         groups.setdefault(f.name[:-len(".jsonl")] if f.name.endswith(".jsonl") else f.stem, []).append(f)
