@@ -18,7 +18,8 @@ import orjson
 __all__ = ["LABELS", "ROLES", "CheemsInputError", "Comparison", "Message", "Prompt", "PromptText", "Response",
            "check_chat_message", "check_comparison", "check_comparisons", "check_known_response",
            "check_prompt_text", "check_rank", "is_integer", "is_number", "preference_pairs", "prompt_id",
-           "prompt_key", "rank_comparisons", "ranked_pairs", "response_id", "triple_comparisons", "validate_prompt"]
+           "prompt_key", "rank_comparisons", "ranked_pairs", "ranking_levels", "response_id", "triple_comparisons",
+           "validate_prompt"]
 
 LABELS = ("g", "b", "s")
 """Comparison labels: ``g`` = a is better, ``b`` = b is better, ``s`` = same quality."""
@@ -333,13 +334,9 @@ def validate_prompt(p: Prompt, *, require_rank: bool = False, comparisons: bool 
         check_comparison(c.a, c.b, c.label, seen, field=f"comparisons[{i}]")
 
 
-def triple_comparisons(ids: list[str], ranking: str, *, annotator: str | None = None,
-                       field_name: str = "ranking") -> list[Comparison]:
-    """Expand one triple-wise result such as ``x>z=y`` into its three pairwise comparisons.
-
-    ``>`` separates better from worse, ``=`` joins responses of the same quality; the ranking
-    must name each of the triple's ``ids`` exactly once.
-    """
+def ranking_levels(ids: list[str], ranking: str, *, field_name: str = "ranking") -> dict[str, int]:
+    """The level of each of ``ids`` in a ranking such as ``x>z=y`` (0 = best; ``=`` joins
+    responses of one level). The ranking must name each of ``ids`` exactly once."""
     if not isinstance(ranking, str) or not ranking.strip():
         raise CheemsInputError("ranking must be a string such as 'x>z=y'", field=field_name)
     levels = [[t.strip() for t in group.split("=")] for group in ranking.split(">")]
@@ -349,7 +346,17 @@ def triple_comparisons(ids: list[str], ranking: str, *, annotator: str | None = 
     if sorted(named) != sorted(ids) or len(set(named)) != len(named):
         raise CheemsInputError(f"ranking {ranking!r} must name each of {ids} exactly once",
                                field=field_name)
-    level = {t: i for i, group in enumerate(levels) for t in group}
+    return {t: i for i, group in enumerate(levels) for t in group}
+
+
+def triple_comparisons(ids: list[str], ranking: str, *, annotator: str | None = None,
+                       field_name: str = "ranking") -> list[Comparison]:
+    """Expand one triple-wise result such as ``x>z=y`` into its three pairwise comparisons.
+
+    ``>`` separates better from worse, ``=`` joins responses of the same quality; the ranking
+    must name each of the triple's ``ids`` exactly once.
+    """
+    level = ranking_levels(ids, ranking, field_name=field_name)
     out = []
     for i, x in enumerate(ids):
         for y in ids[i + 1:]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from cheems.cli.annotate import annotate_app
 from cheems.cli.app import app
 from cheems.cli.curate import analyze_app, curate_app
 
@@ -12,6 +13,7 @@ __all__ = ["MULTI_VALUE_FLAGS", "app", "expand_multi_value_flags", "main"]
 
 app.add_typer(curate_app, name="curate")
 app.add_typer(analyze_app, name="analyze")
+app.add_typer(annotate_app, name="annotate")
 
 
 class _QuietCpuFallback(logging.Filter):

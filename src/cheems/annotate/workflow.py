@@ -1,0 +1,530 @@
+"""The annotation workflow on the database: import, hand-out, submission, agreement and
+alignment, cascading review with gold items, reclaiming abandoned work, and export.
+
+Paper §3.2 and Appendix D: each task goes to ``overlap`` annotators (default 2), never twice to
+one person, double-blind (each sees the responses in an order of their own under the letters A,
+B, C). When the last of them submits, the task's agreement is the share of its three pairs on
+which they agree; a disagreement goes to alignment when the annotator pair's agreement over their
+recent shared tasks is below the bar (default 90%): both see each other's answer and answer again;
+answers that still differ are escalated to an admin. Settled tasks are sampled for review (default
+30%), single-blind, in cascading stages: each stage samples again from what the last accepted. A
+rejected answer is dropped and its task goes back to the queue for one more annotator. Gold tasks
+(with a known ranking) are mixed into the hand-out and score each annotator; planted gold answers
+(one right, one reversed) are mixed into the review stream and score each reviewer.
+
+Every step is one short transaction. Counters change only through conditional ``UPDATE``s whose
+row count says who won, and the unique constraints of `cheems.annotate.db` refuse doubles, so
+concurrent requests never hand one task to one person twice, exceed the overlap or store a
+submission twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, case, exists, func, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from cheems.annotate.db import Annotation, Assignment, PromptRow, ReviewItem, Task, User, now
+from cheems.annotate.protocol import LETTERS, Submission, agreement, check_submission, relation
+from cheems.graph import triple_tasks
+from cheems.records import CheemsInputError, Prompt
+
+__all__ = ["ROLES", "WorkflowError", "WorkflowSettings", "align", "annotation_pairs", "current_answers", "escalate",
+           "escalations", "import_prompts", "next_alignment", "next_review", "next_task", "prompt_text",
+           "reclaim_abandoned", "resolve_escalation", "review", "submit", "task_view"]
+
+ROLES = ("annotator", "reviewer", "admin")
+
+
+class WorkflowError(Exception):
+    """A request the workflow refuses: ``status`` is the HTTP status (403, 404, 409, 422)."""
+
+    def __init__(self, status: int, detail: str, field: str | None = None):
+        self.status = status
+        self.detail = detail
+        self.field = field
+        super().__init__(detail)
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    """The knobs of the protocol (the flags of `cheems annotate serve`)."""
+
+    agreement_bar: float = 0.9  # an annotator pair below this agreement over recent tasks aligns
+    agreement_window: int = 20  # their most recent shared tasks that count
+    review_rate: float = 0.3  # share sampled at each review stage
+    review_stages: int = 2  # cascading stages
+    claim_timeout_s: float = 1800.0  # an assignment not submitted by then is handed to someone else
+    seed: int = 0
+
+
+# ----------------------------------------------------------------------------------------- import
+
+
+def import_prompts(session: Session, prompts: list[Prompt], *, overlap: int = 2, gold: list[Prompt] = (),
+                   seed: int = 0) -> dict[str, int]:
+    """Add prompts and their triple-wise tasks (`cheems.graph.triple_tasks`, circular design);
+    gold prompts (with a ``rank``) become gold tasks mixed into the queue at seeded places, each
+    with two planted review answers. A prompt already imported with the same content is skipped;
+    one with the same id and other content is an error. Returns counts; commits."""
+    if overlap < 1:
+        raise CheemsInputError(f"overlap must be at least 1, got {overlap}", field="--overlap")
+    rng = random.Random(seed)
+    position = session.scalar(select(func.count()).select_from(PromptRow)) or 0
+    key = (session.scalar(select(func.max(Task.queue_key))) or 0) + 1000
+    counts = {"prompts": 0, "tasks": 0, "gold_prompts": 0, "gold_tasks": 0, "skipped": 0}
+    gold_tasks = []
+    for p, is_gold in itertools.chain(((p, False) for p in prompts), ((g, True) for g in gold)):
+        if is_gold and p.rank is None:
+            raise CheemsInputError(f"gold prompt {p.id!r} has no rank", field="rank")
+        if len(p.responses) < 2:
+            raise CheemsInputError(f"prompt {p.id!r} has {len(p.responses)} response(s); a task needs 2 or 3",
+                                   field="responses")
+        if _already_there(session, p, is_gold):
+            counts["skipped"] += 1
+            continue
+        session.add(PromptRow(id=p.id, position=position, prompt=p.prompt, category=list(p.category),
+                              subset=p.subset, responses=[r.to_dict() for r in p.responses], is_gold=is_gold))
+        position += 1
+        counts["gold_prompts" if is_gold else "prompts"] += 1
+        ids = p.response_ids()
+        for k, triple in enumerate(triple_tasks(len(ids))):
+            rids = [ids[i] for i in triple]
+            task = Task(prompt_id=p.id, round=k + 1, response_ids=rids, category=p.main_category, overlap=overlap,
+                        queue_key=key, claimed=0, submitted=0, state="open")
+            key += 1000
+            if is_gold:
+                task.overlap = 0  # every annotator once
+                task.gold_levels = _relevel({r: p.rank[r] for r in rids})
+                gold_tasks.append(task)
+            session.add(task)
+            counts["gold_tasks" if is_gold else "tasks"] += 1
+    session.flush()
+    for task in gold_tasks:  # spread among the regular tasks, at seeded places
+        task.queue_key = rng.randrange(0, key)
+        _plant_gold_reviews(session, task, rng.randrange(0, key))
+    session.commit()
+    return counts
+
+
+def _already_there(session: Session, p: Prompt, is_gold: bool) -> bool:
+    row = session.get(PromptRow, p.id)
+    if row is None:
+        return False
+    if row.prompt != p.prompt or row.responses != [r.to_dict() for r in p.responses] or row.is_gold != is_gold:
+        raise CheemsInputError(f"prompt id {p.id!r} is already in the database with other content", field="id")
+    return True
+
+
+def _relevel(levels: dict[str, int]) -> dict[str, int]:
+    order = sorted(set(levels.values()))
+    return {r: order.index(v) for r, v in levels.items()}
+
+
+def _plant_gold_reviews(session: Session, task: Task, queue_key: int) -> None:
+    """A right and a reversed answer to a gold task, each a stage-1 review item with the expected verdict."""
+    rids = task.response_ids
+    worst = max(task.gold_levels.values())
+    for verdict, levels in (("accept", task.gold_levels),
+                            ("reject", {r: worst - v for r, v in task.gold_levels.items()})):
+        if verdict == "reject" and levels == task.gold_levels:
+            continue  # an all-tied gold answer has no reversal
+        ann = Annotation(task_id=task.id, user_id=None, phase=f"gold-{verdict}", shown_order=list(rids),
+                         scores={}, pairs=annotation_pairs(rids, levels), levels=levels,
+                         ranking=_ranking_text(rids, levels), spans=[], note="", status="active")
+        session.add(ann)
+        session.flush()
+        session.add(ReviewItem(annotation_id=ann.id, stage=1, queue_key=queue_key, gold_verdict=verdict, note=""))
+
+
+def annotation_pairs(rids: list[str], levels: dict[str, int]) -> dict[str, str]:
+    """``{"id1|id2": g|b|s}`` for every pair of the triple in task order."""
+    return {f"{x}|{y}": relation(levels, x, y) for x, y in itertools.combinations(rids, 2)}
+
+
+def _ranking_text(order: list[str], levels: dict[str, int]) -> str:
+    letters = dict(zip(order, LETTERS))
+    return ">".join("=".join(letters[r] for r in order if levels[r] == lv) for lv in sorted(set(levels.values())))
+
+
+# ----------------------------------------------------------------------------------------- hand-out
+
+
+def reclaim_abandoned(session: Session, settings: WorkflowSettings, limit: int = 100) -> int:
+    """Take back assignments not submitted within the claim timeout, so the task goes to someone
+    else; returns how many. The delete and the counter change are one transaction per row."""
+    cutoff = now() - timedelta(seconds=settings.claim_timeout_s)
+    stale = session.execute(select(Assignment.id, Assignment.task_id).where(
+        Assignment.submitted_at.is_(None), Assignment.claimed_at < cutoff).limit(limit)).all()
+    taken = 0
+    for aid, tid in stale:
+        gone = session.query(Assignment).filter(Assignment.id == aid, Assignment.submitted_at.is_(None)).delete()
+        if gone:
+            session.execute(update(Task).where(Task.id == tid).values(claimed=Task.claimed - 1))
+            taken += 1
+        session.commit()
+    return taken
+
+
+def next_task(session: Session, user: User, settings: WorkflowSettings) -> tuple[Task, Assignment] | None:
+    """The user's open assignment, or a newly claimed task: open, not theirs before, under its
+    overlap, tasks of the user's categories first, then in queue order (gold mixed in)."""
+    reclaim_abandoned(session, settings)
+    mine = session.execute(select(Assignment, Task).join(Task, Task.id == Assignment.task_id).where(
+        Assignment.user_id == user.id, Assignment.submitted_at.is_(None)).order_by(Assignment.id)).first()
+    if mine is not None:
+        return mine[1], mine[0]
+    had = exists().where(Assignment.task_id == Task.id, Assignment.user_id == user.id)
+    order = [_expertise_first(user.categories), Task.queue_key] if user.categories else [Task.queue_key]
+    for _ in range(5):  # lost races move on to the next candidates
+        candidates = session.scalars(select(Task.id).where(
+            Task.state == "open", or_(Task.overlap == 0, Task.claimed < Task.overlap), ~had,
+        ).order_by(*order).limit(10)).all()
+        if not candidates:
+            session.rollback()
+            return None
+        for tid in candidates:
+            won = session.execute(update(Task).where(
+                Task.id == tid, Task.state == "open", or_(Task.overlap == 0, Task.claimed < Task.overlap),
+            ).values(claimed=Task.claimed + 1)).rowcount
+            if not won:
+                session.rollback()
+                continue
+            task = session.get(Task, tid)
+            order_shown = list(task.response_ids)
+            random.Random(f"{settings.seed}:{tid}:{user.id}").shuffle(order_shown)
+            assignment = Assignment(task_id=tid, user_id=user.id, shown_order=order_shown, claimed_at=now())
+            session.add(assignment)
+            try:
+                session.commit()
+            except IntegrityError:  # the same user claimed it in a parallel request
+                session.rollback()
+                continue
+            return task, assignment
+    return None
+
+
+def _expertise_first(categories: list[str]):
+    """An ORDER BY key: 0 for tasks of the user's categories, 1 for the rest."""
+    return case((Task.category.in_(categories), 0), else_=1)
+
+
+def prompt_text(prompt: Any) -> str:
+    """A prompt as the page shows it: the text, or chat turns as ``用户：…`` / ``助手：…`` paragraphs."""
+    if isinstance(prompt, str):
+        return prompt
+    names = {"user": "用户", "assistant": "助手", "system": "系统"}
+    return "\n\n".join(f"{names.get(m.get('role'), m.get('role'))}：{m.get('content', '')}" for m in prompt)
+
+
+def task_view(session: Session, task: Task, shown_order: list[str]) -> dict:
+    """The prompt, category and responses of a task under letters in ``shown_order`` (no ids, no models)."""
+    row = session.get(PromptRow, task.prompt_id)
+    by_id = {r["id"]: r["content"] for r in row.responses}
+    return {"task_id": task.id, "prompt": prompt_text(row.prompt), "category": list(row.category),
+            "responses": [{"key": k, "content": by_id[rid]} for k, rid in zip(LETTERS, shown_order)]}
+
+
+def _contents(session: Session, task: Task, shown_order: list[str]) -> dict[str, str]:
+    return {r["key"]: r["content"] for r in task_view(session, task, shown_order)["responses"]}
+
+
+def _check(session: Session, task: Task, shown_order: list[str], body: Any) -> Submission:
+    from cheems.annotate.protocol import SubmissionError
+
+    try:
+        return check_submission(body, _contents(session, task, shown_order))
+    except SubmissionError as e:
+        raise WorkflowError(422, str(e), field=e.field) from None
+
+
+def _annotation(task: Task, user_id: int | None, phase: str, shown_order: list[str], sub: Submission) -> Annotation:
+    """A checked submission in response ids."""
+    by_letter = dict(zip(LETTERS, shown_order))
+    levels = {by_letter[k]: v for k, v in sub.levels.items()}
+    spans = [dict(s, response_id=by_letter[s["key"]]) for s in sub.spans]
+    return Annotation(task_id=task.id, user_id=user_id, phase=phase, shown_order=list(shown_order),
+                      scores={by_letter[k]: v for k, v in sub.scores.items()},
+                      pairs=annotation_pairs(task.response_ids, levels), levels=levels, ranking=sub.ranking,
+                      spans=spans, note=sub.note, status="active", created_at=now())
+
+
+# ----------------------------------------------------------------------------------------- submission
+
+
+def submit(session: Session, user: User, task_id: int, body: Any, settings: WorkflowSettings) -> Annotation:
+    """Store the user's answer to a task handed to them (403 otherwise; 409 the second time;
+    422 naming the field when it breaks the protocol); the last answer settles the task."""
+    task = session.get(Task, task_id)
+    if task is None:
+        raise WorkflowError(404, f"no task {task_id}")
+    assignment = session.scalar(select(Assignment).where(Assignment.task_id == task_id,
+                                                         Assignment.user_id == user.id))
+    if assignment is None:
+        raise WorkflowError(403, f"task {task_id} is not handed to you (or it was reclaimed after the timeout)")
+    if assignment.submitted_at is not None:
+        raise WorkflowError(409, f"you already submitted task {task_id}")
+    sub = _check(session, task, assignment.shown_order, body)
+    won = session.execute(update(Assignment).where(Assignment.id == assignment.id,
+                                                   Assignment.submitted_at.is_(None)).values(submitted_at=now())).rowcount
+    if not won:
+        session.rollback()
+        raise WorkflowError(409, f"you already submitted task {task_id}")
+    ann = _annotation(task, user.id, "first", assignment.shown_order, sub)
+    session.add(ann)
+    session.execute(update(Task).where(Task.id == task_id).values(submitted=Task.submitted + 1))
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        raise WorkflowError(409, f"you already submitted task {task_id}") from None
+    session.refresh(task)
+    if task.gold_levels is None and task.state == "open" and task.submitted >= task.overlap:
+        _settle_first_round(session, task, settings)
+    session.commit()
+    return ann
+
+
+def current_answers(session: Session, task_id: int) -> list[Annotation]:
+    """The answers that stand for a task: active, not planted gold, an admin's decision alone when there is one."""
+    answers = session.scalars(select(Annotation).where(
+        Annotation.task_id == task_id, Annotation.status == "active", Annotation.user_id.is_not(None),
+    ).order_by(Annotation.id)).all()
+    admin = [a for a in answers if a.phase == "admin"]
+    return admin or answers
+
+
+def _mean_agreement(answers: list[Annotation]) -> float:
+    pairs = list(itertools.combinations(answers, 2))
+    return sum(agreement(a.pairs, b.pairs) for a, b in pairs) / len(pairs) if pairs else 1.0
+
+
+def _settle_first_round(session: Session, task: Task, settings: WorkflowSettings) -> None:
+    answers = current_answers(session, task.id)
+    task.agreement = _mean_agreement(answers)
+    needs_alignment = task.agreement < 1 and any(
+        _recent_agreement(session, a.user_id, b.user_id, settings.agreement_window) < settings.agreement_bar
+        for a, b in itertools.combinations(answers, 2))
+    if needs_alignment:
+        task.state = "aligning"
+    else:
+        _done(session, task, answers, settings)
+
+
+def _recent_agreement(session: Session, u1: int, u2: int, window: int) -> float:
+    """Mean agreement of two annotators over their most recent shared tasks (up to ``window``)."""
+    a1, a2 = Annotation.__table__.alias("a1"), Annotation.__table__.alias("a2")
+    rows = session.execute(select(Task.agreement).select_from(Task).join(a1, and_(
+        a1.c.task_id == Task.id, a1.c.user_id == u1, a1.c.phase == "first")).join(a2, and_(
+            a2.c.task_id == Task.id, a2.c.user_id == u2, a2.c.phase == "first")).where(
+        Task.agreement.is_not(None)).order_by((a1.c.id + a2.c.id).desc()).limit(window)).scalars().all()
+    return sum(rows) / len(rows) if rows else 1.0
+
+
+def _done(session: Session, task: Task, answers: list[Annotation], settings: WorkflowSettings) -> None:
+    task.state = "done"
+    for a in answers:
+        _maybe_review(session, a.id, 1, settings)
+
+
+def _draw(seed: int, stage: int, annotation_id: int) -> float:
+    digest = hashlib.sha256(f"{seed}:{stage}:{annotation_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2 ** 64
+
+
+def _maybe_review(session: Session, annotation_id: int, stage: int, settings: WorkflowSettings) -> None:
+    if stage <= settings.review_stages and _draw(settings.seed, stage, annotation_id) < settings.review_rate:
+        key = int(_draw(settings.seed, -stage, annotation_id) * 2 ** 31)
+        session.add(ReviewItem(annotation_id=annotation_id, stage=stage, queue_key=key, note=""))
+
+
+# ----------------------------------------------------------------------------------------- alignment
+
+
+def next_alignment(session: Session, user: User) -> dict | None:
+    """A task of the user's in alignment they have not answered again: their answer and the
+    others', in the letters the user was shown."""
+    aligned = exists().where(Annotation.task_id == Task.id, Annotation.user_id == user.id,
+                             Annotation.phase == "aligned")
+    task = session.scalar(select(Task).join(Assignment, Assignment.task_id == Task.id).where(
+        Task.state == "aligning", Assignment.user_id == user.id, ~aligned).order_by(Task.id).limit(1))
+    if task is None:
+        return None
+    shown = session.scalar(select(Assignment.shown_order).where(Assignment.task_id == task.id,
+                                                                Assignment.user_id == user.id))
+    answers = current_answers(session, task.id)
+    mine = next(a for a in answers if a.user_id == user.id)
+    theirs = [a for a in answers if a.user_id != user.id]
+    view = task_view(session, task, shown)
+    view.update(mine=_in_letters(mine, shown), theirs=_in_letters(theirs[0], shown) if theirs else None,
+                agreement=task.agreement)
+    return view
+
+
+def _in_letters(ann: Annotation, shown: list[str]) -> dict:
+    """An answer (stored in response ids) in the letters of another person's shown order."""
+    letter = dict(zip(shown, LETTERS))
+    levels = {letter[r]: v for r, v in ann.levels.items()}
+    pairs = {"".join(sorted((letter[x], letter[y]))): relation(levels, *sorted((letter[x], letter[y])))
+             for x, y in itertools.combinations(ann.levels, 2)}
+    spans = [{"key": letter[s["response_id"]], "start": s["start"], "end": s["end"], "note": s.get("note", "")}
+             for s in ann.spans]
+    return {"scores": {letter[r]: v for r, v in ann.scores.items()}, "pairs": dict(sorted(pairs.items())),
+            "ranking": _ranking_text(shown, ann.levels), "spans": spans, "note": ann.note}
+
+
+def _participant(session: Session, user: User, task_id: int) -> tuple[Task, Assignment]:
+    task = session.get(Task, task_id)
+    if task is None:
+        raise WorkflowError(404, f"no task {task_id}")
+    assignment = session.scalar(select(Assignment).where(Assignment.task_id == task_id,
+                                                         Assignment.user_id == user.id))
+    if assignment is None or assignment.submitted_at is None:
+        raise WorkflowError(403, f"task {task_id} is not one of your answered tasks")
+    if task.state != "aligning":
+        raise WorkflowError(409, f"task {task_id} is not in alignment (it is {task.state})")
+    return task, assignment
+
+
+def align(session: Session, user: User, task_id: int, body: Any, settings: WorkflowSettings) -> str:
+    """The user's answer after seeing the others'. When every participant has answered again,
+    answers that agree settle the task (``settled``); otherwise it is escalated to an admin."""
+    task, assignment = _participant(session, user, task_id)
+    sub = _check(session, task, assignment.shown_order, body)
+    session.add(_annotation(task, user.id, "aligned", assignment.shown_order, sub))
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        raise WorkflowError(409, f"you already answered task {task_id} in alignment") from None
+    session.refresh(task)
+    answers = current_answers(session, task_id)
+    people = {a.user_id for a in answers}
+    realigned = [a for a in answers if a.phase == "aligned"]
+    state = "waiting"
+    if {a.user_id for a in realigned} == people:
+        for a in answers:
+            if a.phase == "first":
+                a.status = "superseded"
+        if _mean_agreement(realigned) == 1:
+            task.agreement = 1.0
+            _done(session, task, realigned, settings)
+            state = "settled"
+        else:
+            task.state = state = "escalated"
+    session.commit()
+    return state
+
+
+def escalate(session: Session, user: User, task_id: int) -> str:
+    task, _ = _participant(session, user, task_id)
+    task.state = "escalated"
+    session.commit()
+    return "escalated"
+
+
+def escalations(session: Session) -> list[dict]:
+    """Escalated tasks with every standing answer, responses in task order (A, B, C)."""
+    out = []
+    for task in session.scalars(select(Task).where(Task.state == "escalated").order_by(Task.id)):
+        view = task_view(session, task, task.response_ids)
+        names = dict(session.execute(select(User.id, User.name)).all())
+        view["answers"] = [dict(_in_letters(a, task.response_ids), annotator=names.get(a.user_id), phase=a.phase)
+                           for a in current_answers(session, task.id)]
+        out.append(view)
+    return out
+
+
+def resolve_escalation(session: Session, admin: User, task_id: int, body: Any) -> Annotation:
+    """An admin's decision on an escalated task (letters in task order) stands for the task."""
+    task = session.get(Task, task_id)
+    if task is None:
+        raise WorkflowError(404, f"no task {task_id}")
+    if task.state != "escalated":
+        raise WorkflowError(409, f"task {task_id} is not escalated (it is {task.state})")
+    sub = _check(session, task, task.response_ids, body)
+    ann = _annotation(task, admin.id, "admin", task.response_ids, sub)
+    session.add(ann)
+    task.state = "done"
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        raise WorkflowError(409, f"task {task_id} already has your decision") from None
+    return ann
+
+
+# ----------------------------------------------------------------------------------------- review
+
+
+def next_review(session: Session, user: User, settings: WorkflowSettings) -> dict | None:
+    """The reviewer's open item, or a newly claimed one (never an answer of their own, never one
+    they reviewed at another stage), single-blind: the answer without its annotator."""
+    expiry = now() - timedelta(seconds=settings.claim_timeout_s)
+    item = session.scalar(select(ReviewItem).where(ReviewItem.reviewer_id == user.id,
+                                                   ReviewItem.verdict.is_(None)).limit(1))
+    if item is None:
+        other = ReviewItem.__table__.alias("other")
+        seen = exists().where(other.c.annotation_id == ReviewItem.annotation_id, other.c.reviewer_id == user.id)
+        free = or_(ReviewItem.reviewer_id.is_(None), ReviewItem.claimed_at < expiry)
+        candidates = session.scalars(select(ReviewItem.id).join(Annotation, Annotation.id == ReviewItem.annotation_id)
+                                     .where(ReviewItem.verdict.is_(None), free, ~seen,
+                                            or_(Annotation.user_id.is_(None), Annotation.user_id != user.id),
+                                            Annotation.status == "active")
+                                     .order_by(ReviewItem.stage, ReviewItem.queue_key).limit(10)).all()
+        for iid in candidates:
+            won = session.execute(update(ReviewItem).where(ReviewItem.id == iid, ReviewItem.verdict.is_(None), free)
+                                  .values(reviewer_id=user.id, claimed_at=now())).rowcount
+            session.commit()
+            if won:
+                item = session.get(ReviewItem, iid)
+                break
+        if item is None:
+            return None
+    ann = session.get(Annotation, item.annotation_id)
+    task = session.get(Task, ann.task_id)
+    view = task_view(session, task, ann.shown_order)
+    view.pop("task_id")
+    view.update(item_id=item.id, stage=item.stage, annotation=_in_letters(ann, ann.shown_order))
+    return view
+
+
+def review(session: Session, user: User, item_id: int, verdict: Any, note: Any,
+           settings: WorkflowSettings) -> ReviewItem:
+    """Record a verdict. Accepted answers are sampled for the next stage; a rejected one is
+    dropped and its task goes back to the queue for one more annotator."""
+    if verdict not in ("accept", "reject"):
+        raise WorkflowError(422, f"verdict: must be 'accept' or 'reject', got {verdict!r}", field="verdict")
+    if note is None:
+        note = ""
+    if not isinstance(note, str) or len(note) > 5000:
+        raise WorkflowError(422, "note: must be text of at most 5000 characters", field="note")
+    item = session.get(ReviewItem, item_id)
+    if item is None:
+        raise WorkflowError(404, f"no review item {item_id}")
+    if item.reviewer_id != user.id:
+        raise WorkflowError(403, f"review item {item_id} is not handed to you")
+    won = session.execute(update(ReviewItem).where(ReviewItem.id == item_id, ReviewItem.verdict.is_(None))
+                          .values(verdict=verdict, note=note, decided_at=now())).rowcount
+    if not won:
+        session.rollback()
+        raise WorkflowError(409, f"review item {item_id} already has a verdict")
+    ann = session.get(Annotation, item.annotation_id)
+    if item.gold_verdict is None:
+        if verdict == "accept":
+            _maybe_review(session, ann.id, item.stage + 1, settings)
+        elif ann.status == "active":
+            ann.status = "rejected"
+            task = session.get(Task, ann.task_id)
+            task.overlap += 1
+            task.state = "open"
+    session.commit()
+    session.refresh(item)
+    return item

@@ -1,0 +1,204 @@
+"""`cheems annotate`: the human annotation server (init, add-user, import, serve, status, export)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cheems.cli.console import err, out, print_skipped, reports_input_errors
+from cheems.records import CheemsInputError
+
+__all__ = ["annotate_app"]
+
+annotate_app = typer.Typer(no_args_is_help=True, help="The CheemsBench human annotation protocol as a web app "
+                           "(paper §3.2): triple-wise tasks, double-blind overlap, alignment, review, export.")
+
+DB_HELP = "SQLAlchemy URL of the database (default $CHEEMS_ANNOTATE_DB, else sqlite:///annotations.db)."
+
+
+def _db_url(db: Optional[str]) -> str:
+    from cheems.annotate.db import DEFAULT_DB
+
+    return db or os.environ.get("CHEEMS_ANNOTATE_DB") or DEFAULT_DB
+
+
+def _need_extra():
+    missing = [m for m in ("fastapi", "uvicorn", "sqlalchemy", "alembic", "argon2", "nh3", "markdown_it")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CheemsInputError(f"{', '.join(missing)} not installed: `pip install 'cheems[annotate]'`")
+
+
+def _sessions(db: Optional[str]):
+    from cheems.annotate.db import make_engine, schema_is_current, session_factory
+
+    _need_extra()
+    engine = make_engine(_db_url(db))
+    try:
+        current = schema_is_current(engine)
+    except Exception as e:  # a server that refuses, a file that is not a database
+        raise CheemsInputError(f"cannot open the database: {str(e).splitlines()[0]}", field="--db") from None
+    if not current:
+        raise CheemsInputError("the database is not initialised (or is an older schema): run "
+                               "`cheems annotate init` first", field="--db")
+    return session_factory(engine)()
+
+
+@annotate_app.command("init")
+@reports_input_errors
+def init(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+    """Create (or upgrade) the database schema."""
+    from cheems.annotate.db import make_engine, migrate
+
+    _need_extra()
+    url = _db_url(db)
+    try:
+        head = migrate(make_engine(url))
+    except CheemsInputError:
+        raise
+    except Exception as e:
+        raise CheemsInputError(f"cannot set up the database: {str(e).splitlines()[0]}", field="--db") from None
+    out.print(f"database ready: {url} (schema {head})")
+
+
+@annotate_app.command("add-user")
+@reports_input_errors
+def add_user(name: str = typer.Argument(..., help="Login name."),
+             role: str = typer.Option("annotator", "--role", help="annotator, reviewer or admin."),
+             categories: Optional[str] = typer.Option(None, "--categories",
+                                                      help="Comma-separated main categories of expertise "
+                                                           "(their tasks come first), e.g. 数学,代码."),
+             password_stdin: bool = typer.Option(False, "--password-stdin", help="Read the password from stdin."),
+             db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+    """Add an account (the password is asked twice on a terminal, or read from stdin)."""
+    from cheems.annotate.auth import add_user as create
+
+    s = _sessions(db)
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
+    cats = [c.strip() for c in (categories or "").replace("，", ",").split(",") if c.strip()]
+    user = create(s, name, role, password, cats)
+    out.print(f"added {user.role} {user.name}" + (f" ({', '.join(cats)})" if cats else ""))
+
+
+@annotate_app.command("import")
+@reports_input_errors
+def import_file(file: Path = typer.Argument(..., help="Prompts with responses, in any format cheems reads."),
+                overlap: int = typer.Option(2, "--overlap", help="Annotators per task."),
+                gold: Optional[Path] = typer.Option(None, "--gold", help="Ranked prompts with known answers, "
+                                                    "mixed into the annotation and review streams."),
+                fmt: Optional[str] = typer.Option(None, "--format", help="Force one row format."),
+                skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+                seed: int = typer.Option(0, "--seed", help="Where gold tasks land in the queue."),
+                db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+    """Turn every prompt into its triple-wise tasks (as `cheems tasks`), keeping id, category and subset."""
+    from cheems.annotate.workflow import import_prompts
+    from cheems.formats import merge_prompts, read_many
+
+    if seed < 0:
+        raise CheemsInputError(f"seed must be a non-negative integer, got {seed}", field="--seed")
+    s = _sessions(db)
+    res = read_many([file], skip_invalid=skip_invalid, fmt=fmt)
+    prompts = merge_prompts(res.prompts, res.locations())
+    gold_prompts = []
+    if gold is not None:
+        g = read_many([gold], skip_invalid=skip_invalid, fmt=fmt)
+        gold_prompts = merge_prompts(g.prompts, g.locations())
+        res.errors.extend(g.errors)
+    print_skipped(res.errors)
+    counts = import_prompts(s, prompts, overlap=overlap, gold=gold_prompts, seed=seed)
+    out.print(f"imported {counts['prompts']} prompts ({counts['tasks']} tasks, overlap {overlap})"
+              + (f", {counts['gold_prompts']} gold prompts ({counts['gold_tasks']} tasks)" if gold else "")
+              + (f"; {counts['skipped']} already there" if counts["skipped"] else ""))
+
+
+@annotate_app.command("serve")
+@reports_input_errors
+def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8000, "--port"),
+          agreement_bar: float = typer.Option(0.9, "--agreement-bar", help="Pairs of annotators whose agreement "
+                                              "over recent shared tasks is below this align their disagreements."),
+          review_rate: float = typer.Option(0.3, "--review-rate", help="Share sampled at each review stage."),
+          review_stages: int = typer.Option(2, "--review-stages", help="Cascading review stages."),
+          claim_timeout: float = typer.Option(1800, "--claim-timeout", help="Seconds before an abandoned task "
+                                              "is handed to someone else."),
+          seed: int = typer.Option(0, "--seed", help="Seed of shown orders and review samples."),
+          secure_cookies: bool = typer.Option(False, "--secure-cookies", help="Mark the cookie Secure (HTTPS)."),
+          db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+    """Run the web app: annotators at http://HOST:PORT/, the dashboard at /dashboard."""
+    from cheems.annotate.app import create_app
+    from cheems.annotate.workflow import WorkflowSettings
+
+    _need_extra()
+    import uvicorn
+
+    checks = {"--agreement-bar": 0 <= agreement_bar <= 1, "--review-rate": 0 <= review_rate <= 1,
+              "--review-stages": review_stages >= 0, "--claim-timeout": claim_timeout > 0, "--seed": seed >= 0,
+              "--port": 0 <= port < 65536}
+    for name, ok in checks.items():
+        if not ok:
+            raise CheemsInputError("out of range", field=name)
+    settings = WorkflowSettings(agreement_bar=agreement_bar, review_rate=review_rate, review_stages=review_stages,
+                                claim_timeout_s=claim_timeout, seed=seed)
+    app = create_app(_db_url(db), settings, secure_cookies=secure_cookies)
+    err.print(f"cheems annotate: http://{host}:{port}/  (dashboard: /dashboard; Ctrl+C stops)")
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+
+
+@annotate_app.command("status")
+@reports_input_errors
+def status(as_json: bool = typer.Option(False, "--json", help="Print the dashboard numbers as JSON."),
+           db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+    """Progress, agreement, gold accuracy and bias: the numbers of the dashboard."""
+    from cheems.annotate.dashboard import stats
+
+    st = stats(_sessions(db))
+    if as_json:
+        out.print_json(json.dumps(st, ensure_ascii=False))
+        return
+    t = st["tasks"]
+    out.print(f"tasks: {t['total']} ({', '.join(f'{k} {v}' for k, v in t.items() if k not in ('total', 'gold'))}); "
+              f"gold tasks: {t['gold']}")
+    for cat, n in st["by_category"].items():
+        out.print(f"  {cat}: {n.get('done', 0)}/{n['tasks']} done, {n.get('answers', 0)} answers")
+    a = st["agreement"]
+    pct = "-" if a["percent"] is None else f"{a['percent']:.1%}"
+    k = st["krippendorff"]
+    out.print(f"agreement: {pct} over {a['tasks']} tasks; Krippendorff alpha: scores "
+              f"{_alpha(k['scores_ordinal'])}, pairs {_alpha(k['pairs_nominal'])}")
+    for name, u in st["by_annotator"].items():
+        out.print(f"  {name} ({u['role']}): {u['answers']} answers, {u['open']} open, {u['reviews']} reviews")
+    cr = st["conflict_ratio"]
+    out.print(f"conflict ratio after resolution: {'-' if cr is None else f'{cr:.3f}'}")
+
+
+def _alpha(a: dict) -> str:
+    return f"{a['value']:.3f}" if a["value"] is not None else f"- ({a['note']})"
+
+
+@annotate_app.command("export")
+@reports_input_errors
+def export(output: Path = typer.Option(..., "-o", "--output", help="Benchmark file (JSONL) for `cheems eval`."),
+           raw: Optional[Path] = typer.Option(None, "--raw", help="Every answer with annotator, time, shown order, "
+                                              "scores, pairs, spans and review verdicts."),
+           report: Optional[Path] = typer.Option(None, "--report", help="Conflict statistics (JSON)."),
+           db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+    """Standing answers of settled tasks -> comparisons -> conflict resolution -> a ranked benchmark."""
+    from cheems.annotate.export import export_benchmark
+
+    from cheems.io import check_outputs
+
+    check_outputs([output, raw, report])
+    result = export_benchmark(_sessions(db), output, raw=raw, report=report)
+    total = result["conflicts"].get("total", {})
+    out.print(f"wrote {result['prompts']} ranked prompts -> {output}"
+              + (f" (conflict ratio {total['conflict_ratio']:.3f})" if total else "")
+              + (f"; {result['prompts_waiting']} prompts without a settled task yet" if result["prompts_waiting"] else "")
+              + (f"; {result['raw_rows']} answers -> {raw}" if raw else ""))
