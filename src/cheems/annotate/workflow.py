@@ -256,6 +256,17 @@ def _annotation(task: Task, user_id: int | None, phase: str, shown_order: list[s
                       spans=spans, note=sub.note, status="active", created_at=now())
 
 
+def _store(session: Session, ann: Annotation, taken: str) -> Annotation:
+    """Add an answer; one that the unique (task, user, phase) constraint refuses is a 409 saying ``taken``."""
+    session.add(ann)
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        raise WorkflowError(409, taken) from None
+    return ann
+
+
 # ----------------------------------------------------------------------------------------- submission
 
 
@@ -277,14 +288,9 @@ def submit(session: Session, user: User, task_id: int, body: Any, settings: Work
     if not won:
         session.rollback()
         raise WorkflowError(409, f"you already submitted task {task_id}")
-    ann = _annotation(task, user.id, "first", assignment.shown_order, sub)
-    session.add(ann)
+    ann = _store(session, _annotation(task, user.id, "first", assignment.shown_order, sub),
+                 f"you already submitted task {task_id}")
     session.execute(update(Task).where(Task.id == task_id).values(submitted=Task.submitted + 1))
-    try:
-        session.flush()
-    except IntegrityError:
-        session.rollback()
-        raise WorkflowError(409, f"you already submitted task {task_id}") from None
     session.refresh(task)
     if task.gold_levels is None and task.state == "open" and task.submitted >= task.overlap:
         _settle_first_round(session, task, settings)
@@ -398,12 +404,8 @@ def align(session: Session, user: User, task_id: int, body: Any, settings: Workf
     answers that agree settle the task (``settled``); otherwise it is escalated to an admin."""
     task, assignment = _participant(session, user, task_id)
     sub = _check(session, task, assignment.shown_order, body)
-    session.add(_annotation(task, user.id, "aligned", assignment.shown_order, sub))
-    try:
-        session.flush()
-    except IntegrityError:
-        session.rollback()
-        raise WorkflowError(409, f"you already answered task {task_id} in alignment") from None
+    _store(session, _annotation(task, user.id, "aligned", assignment.shown_order, sub),
+           f"you already answered task {task_id} in alignment")
     session.refresh(task)
     answers = current_answers(session, task_id)
     people = {a.user_id for a in answers}
@@ -450,14 +452,10 @@ def resolve_escalation(session: Session, admin: User, task_id: int, body: Any) -
     if task.state != "escalated":
         raise WorkflowError(409, f"task {task_id} is not escalated (it is {task.state})")
     sub = _check(session, task, task.response_ids, body)
-    ann = _annotation(task, admin.id, "admin", task.response_ids, sub)
-    session.add(ann)
+    ann = _store(session, _annotation(task, admin.id, "admin", task.response_ids, sub),
+                 f"task {task_id} already has your decision")
     task.state = "done"
-    try:
-        session.commit()
-    except IntegrityError:
-        session.rollback()
-        raise WorkflowError(409, f"task {task_id} already has your decision") from None
+    session.commit()
     return ann
 
 
