@@ -123,6 +123,8 @@ def test_the_protocol_refusals_name_the_field(server):
     assert c.post(url, json=tie).status_code == 409
     other = client(app, "ann3")
     assert other.post(url, json=tie).status_code == 403  # not handed to them
+    assert other.post(url, json={"note": "长" * (1 << 20)}).status_code == 413
+    assert other.post("/api/tasks/abc/submit", json=tie).status_code == 422
     assert c.post("/api/tasks/99999/submit", json=tie).status_code == 404
 
 

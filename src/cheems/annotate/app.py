@@ -22,10 +22,11 @@ from cheems.annotate.db import User, make_engine, schema_is_current, session_fac
 from cheems.annotate.workflow import WorkflowError, WorkflowSettings
 from cheems.records import CheemsInputError
 
-__all__ = ["COOKIE", "create_app"]
+__all__ = ["COOKIE", "MAX_BODY_BYTES", "create_app"]
 
 COOKIE = "cheems_session"
 STATIC = Path(__file__).with_name("static")
+MAX_BODY_BYTES = 1 << 20  # an answer with notes is a few KiB
 SECURITY_HEADERS = {
     # responses are rendered HTML from untrusted text: no inline script may ever run, and the
     # page loads nothing from elsewhere (images in responses included)
@@ -102,6 +103,10 @@ def _errors(app: FastAPI) -> None:
 
     @app.middleware("http")
     async def headers(request: Request, call_next):
+        size = request.headers.get("content-length", "0")
+        if not size.isdigit() or int(size) > MAX_BODY_BYTES:
+            return JSONResponse({"detail": f"body: larger than {MAX_BODY_BYTES // 1024} KiB", "field": "body"},
+                                status_code=413, headers=SECURITY_HEADERS)
         response = await call_next(request)
         response.headers.update(SECURITY_HEADERS)
         return response
