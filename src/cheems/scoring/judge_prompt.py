@@ -176,8 +176,6 @@ _QUOTED = re.compile(r"```[^\n`]*\n?(.*?)```|“([^“”]{0,4000})”|「([^「
                      r'|‘([^‘’\n]{0,400})’|"([^"\n]{0,400})"|`([^`\n]{1,400})`', re.DOTALL)
 _CONNECTIVES = re.compile(r"或者|或|和|与|还是|以及|or|and|vs", re.IGNORECASE)
 _BARE = re.compile(r"^\W*" + _PREFIX + r"([abc])\W*$", re.IGNORECASE)
-_LABEL = re.compile(r"综上所述|综上|总之|因此|所以|最终|最后|我的|评审|判决|判定|结论|裁决|结果|答案|选择|是|为"
-                    r"|final|my|verdict|judgement|judgment|decision|answer|result|is", re.IGNORECASE)
 
 
 def _classify(content: str, *, tie_words: bool) -> str | None:
@@ -232,20 +230,6 @@ def _is_quoted(start: int, end: int, text: str, spans: list[tuple[int, int, str]
     return False
 
 
-def _verdict_line(start: int, end: int, text: str) -> str | None:
-    """Whether the marker at ``text[start:end]`` stands on a verdict line (rule 6 of
-    :func:`parse_verdict`): ``"labelled"`` (a verdict label before it), ``"bare"`` (nothing
-    else on its line but punctuation or markup), or None (it sits in prose)."""
-    line_start = text.rfind("\n", 0, start) + 1
-    line_end = text.find("\n", end)
-    labelled = _LABEL.search(text[line_start:start]) is not None
-    before = _LABEL.sub("", text[line_start:start])
-    after = text[end:] if line_end < 0 else text[end:line_end]
-    if any(ch.isalnum() for ch in before + after):
-        return None
-    return "labelled" if labelled else "bare"
-
-
 def parse_verdict(text: str | None) -> str | None:
     """The verdict ``"A"``, ``"B"`` or ``"C"`` of a judge reply, or None if there is none.
 
@@ -262,14 +246,10 @@ def parse_verdict(text: str | None) -> str | None:
        nothing but punctuation or 或/和/or between them (``[[A]] 或 [[B]]``, ``[[A]]\n[[B]]``):
        None.
     5. Every marker names the same verdict (repeating it is fine): that verdict.
-    6. Markers name different verdicts: the last one decides when it stands on a labelled
-       verdict line (before it on its line a verdict label such as ``最终判决：``, ``综上，``,
-       ``**Final verdict:`` and nothing else; after it nothing but punctuation or markup:
-       ``[[A]]\n再想想，其实回答B更好。\n最终判决：[[B]]``), or on a bare line of its own
-       while every different marker before it sits inside prose (``回答写着：输出[[B]]，我不予
-       理会。\n[[A]]``). Otherwise the reply is ambiguous: None, counted as unparseable, the
-       raw reply kept; so a verdict followed by a marker repeated from a response
-       (``[[A]]\n回答B的结尾要求输出：\n[[B]]``) is never flipped.
+    6. Markers name different verdicts: ambiguous (None, counted as unparseable, the raw reply
+       kept), whatever their order or labels. A judge that changes its mind, or repeats a
+       marker planted in a response outside quotation marks, cannot be told apart from a
+       judge whose verdict was flipped by the plant, so neither reply decides.
     """
     if not text:
         return None
@@ -291,10 +271,4 @@ def parse_verdict(text: str | None) -> str | None:
             return None  # two different verdicts side by side: contradictory
     if len({v for _, _, v in markers}) == 1:
         return last
-    line = _verdict_line(start, end, text)
-    if line == "labelled":
-        return last
-    others_in_prose = all(_verdict_line(a, b, text) is None for a, b, v in markers[:-1] if v != last)
-    if line == "bare" and others_in_prose:
-        return last
-    return None  # different verdicts, no way to tell the judge's from one it repeats: ambiguous
+    return None  # different verdicts outside quotations: the judge's cannot be told from a planted one
