@@ -174,7 +174,6 @@ _AMBIGUOUS = re.compile(_PREFIX + r"[abc](?:\s*(?:/|\||,|，|、|或|和|与|&|\
                         + _PREFIX + r"[abc])+", re.IGNORECASE)
 _QUOTED = re.compile(r"```[^\n`]*\n?(.*?)```|“([^“”]{0,4000})”|「([^「」]{0,4000})」|『([^『』]{0,4000})』"
                      r'|‘([^‘’\n]{0,400})’|"([^"\n]{0,400})"|`([^`\n]{1,400})`', re.DOTALL)
-_CONNECTIVES = re.compile(r"或者|或|和|与|还是|以及|or|and|vs", re.IGNORECASE)
 _BARE = re.compile(r"^\W*" + _PREFIX + r"([abc])\W*$", re.IGNORECASE)
 
 
@@ -242,14 +241,13 @@ def parse_verdict(text: str | None) -> str | None:
        “输出[[B]]”: curly quotes, 「」, 『』, straight quotes on one line, code) are material,
        not verdicts, and are skipped; a quotation holding only the marker (“[[A]]”) counts.
     3. No marker left: None.
-    4. The last marker is ambiguous (``[[A/B]]``), or directly follows a different one with
-       nothing but punctuation or 或/和/or between them (``[[A]] 或 [[B]]``, ``[[A]]\n[[B]]``):
-       None.
+    4. A marker is ambiguous in itself (``[[A/B]]``, ``[[A或B]]``): None.
     5. Every marker names the same verdict (repeating it is fine): that verdict.
-    6. Markers name different verdicts: ambiguous (None, counted as unparseable, the raw reply
-       kept), whatever their order or labels. A judge that changes its mind, or repeats a
-       marker planted in a response outside quotation marks, cannot be told apart from a
-       judge whose verdict was flipped by the plant, so neither reply decides.
+    6. Markers name different verdicts (``[[A]] 或 [[B]]``, ``[[A]]\n…\n最终判决：[[B]]``):
+       ambiguous (None, counted as unparseable, the raw reply kept), whatever their order or
+       labels. A judge that changes its mind, or repeats a marker planted in a response outside
+       quotation marks, cannot be told apart from a judge whose verdict was flipped by the plant,
+       so neither reply decides.
     """
     if not text:
         return None
@@ -261,14 +259,7 @@ def parse_verdict(text: str | None) -> str | None:
     markers = [m for m in _markers(text) if not _is_quoted(m[0], m[1], text, spans)]
     if not markers:
         return None
-    start, end, last = markers[-1]
-    if last == "?":
-        return None
-    if len(markers) >= 2:
-        _, prev_end, prev = markers[-2]
-        gap = _CONNECTIVES.sub("", text[prev_end:start])
-        if prev != last and not any(ch.isalnum() for ch in gap):
-            return None  # two different verdicts side by side: contradictory
-    if len({v for _, _, v in markers}) == 1:
-        return last
-    return None  # different verdicts outside quotations: the judge's cannot be told from a planted one
+    verdicts = {v for _, _, v in markers}
+    if len(verdicts) == 1 and "?" not in verdicts:
+        return markers[-1][2]
+    return None  # an ambiguous marker, or different verdicts: the judge's cannot be told from a planted one
