@@ -271,3 +271,24 @@ def test_random_orders_are_a_permutation_per_annotator(server):
         seen.add(tuple(r["content"] for r in v["responses"]))
         assert len({r["content"] for r in v["responses"]}) == 3
     assert random  # the shown orders are drawn per (task, annotator) from the serve seed
+
+
+def test_alignment_shows_the_others_latest_answer_and_keeps_the_first_round_agreement(server):
+    _, app, _ = server
+    a1, a2 = client(app, "ann2"), client(app, "ann3")
+    v1 = a1.get("/api/tasks/next").json()
+    v2 = a2.get("/api/tasks/next").json()
+    assert v1["task_id"] == v2["task_id"]  # neither has categories: the first task in queue order for both
+    best1 = true_order(v1)
+    assert a1.post(f"/api/tasks/{v1['task_id']}/submit", json=answer(v1, best1)).status_code == 201
+    assert a2.post(f"/api/tasks/{v2['task_id']}/submit", json=answer(v2, true_order(v2)[::-1])).status_code == 201
+    first1 = a1.get("/api/alignment/next").json()
+    assert first1["agreement"] == 0.0 and first1["theirs"]["ranking"] == ">".join(best1[::-1])
+    revised = a2.get("/api/alignment/next").json()
+    assert a2.post(f"/api/alignment/{v2['task_id']}", json=answer(revised, true_order(revised))).json() == {
+        "state": "waiting"}
+    again = a1.get("/api/alignment/next").json()
+    assert again["theirs"]["ranking"] == ">".join(best1)  # the revised answer, in a1's letters
+    assert a1.post(f"/api/alignment/{v1['task_id']}", json=answer(again, best1)).json() == {"state": "settled"}
+    st = client(app, "boss").get("/api/stats").json()
+    assert st["agreement"]["percent"] == 0.0 and st["tasks"]["done"] == 1

@@ -7,7 +7,8 @@ Three steps, each with one job:
 2. fenced code is highlighted by pygments into ``<pre class="highlight">`` with token classes whose colours
    live in ``static/style.css``;
 3. nh3 (the ammonia sanitiser) keeps only the tags, attributes and classes listed below, links only to
-   absolute http/https/mailto URLs, and no ``on*`` handlers, styles (except table alignment) or ``javascript:``/``data:`` URLs.
+   absolute http/https/mailto URLs, and no ``on*`` handlers, no styles (but table alignment), no
+   ``javascript:`` or ``data:`` URLs.
 
 Step 3 alone decides what reaches the browser; steps 1 and 2 only decide what looks right.
 """

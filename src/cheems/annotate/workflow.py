@@ -365,9 +365,9 @@ def next_alignment(session: Session, user: User) -> dict | None:
         return None
     shown = session.scalar(select(Assignment.shown_order).where(Assignment.task_id == task.id,
                                                                 Assignment.user_id == user.id))
-    answers = current_answers(session, task.id)
-    mine = next(a for a in answers if a.user_id == user.id)
-    theirs = [a for a in answers if a.user_id != user.id]
+    latest = {a.user_id: a for a in current_answers(session, task.id)}  # by id: an aligned answer is later
+    mine = latest.pop(user.id)
+    theirs = list(latest.values())
     view = task_view(session, task, shown)
     view.update(mine=_in_letters(mine, shown), theirs=_in_letters(theirs[0], shown) if theirs else None,
                 agreement=task.agreement)
@@ -415,8 +415,7 @@ def align(session: Session, user: User, task_id: int, body: Any, settings: Workf
         for a in answers:
             if a.phase == "first":
                 a.status = "superseded"
-        if _mean_agreement(realigned) == 1:
-            task.agreement = 1.0
+        if _mean_agreement(realigned) == 1:  # task.agreement keeps the double-blind (first-round) figure
             _done(session, task, realigned, settings)
             state = "settled"
         else:
