@@ -22,7 +22,7 @@ from cheems.records import CheemsInputError
 
 __all__ = ["ResumableJsonl", "atomic_open", "check_output_folder", "check_outputs", "files_fingerprint",
            "gc_paused", "glob_escape", "outputs_together", "process_alive", "read_yaml_mapping",
-           "remove_stale_temps", "same_file", "write_json", "write_jsonl"]
+           "remove_stale_temps", "same_file", "sidecar", "write_json", "write_jsonl"]
 
 WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO,
                           errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG})
@@ -256,6 +256,16 @@ def outputs_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | N
             if tmp is not None:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
+
+
+def sidecar(output: str | os.PathLike, kind: str, suffix: str = ".jsonl") -> Path:
+    """``out.jsonl`` -> ``out.KIND.jsonl`` (or another suffix), ``eval.json`` -> ``eval.KIND.jsonl``:
+    files written beside an output."""
+    output = Path(output)
+    for ext in (".jsonl", ".json"):
+        if output.name.endswith(ext):
+            return output.with_name(f"{output.name[:-len(ext)]}.{kind}{suffix}")
+    return output.with_name(f"{output.stem}.{kind}{suffix}")
 
 
 def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:

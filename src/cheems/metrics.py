@@ -25,7 +25,8 @@ import numpy as np
 
 from cheems.records import CheemsInputError, Prompt, preference_pairs, ranked_pairs
 
-__all__ = ["TIES", "Outcomes", "check_ties", "dataset_stats", "evaluate", "evaluate_outcomes", "exact_matches",
+__all__ = ["TIES", "Outcomes", "PairScores", "benchmark_fingerprint", "calibration_error", "check_ties",
+           "dataset_stats", "evaluate", "evaluate_outcomes", "exact_matches", "kendall_taus", "length_diagnostic", "pair_scores", "prompt_items",
            "prompt_outcomes"]
 
 TIES = ("official", "strict")  # the Exact Match tie rules, the default first
@@ -73,15 +74,36 @@ def exact_matches(out: Outcomes, ties: str = "official") -> np.ndarray:
     return out.n_correct == out.n_comparisons
 
 
-def prompt_outcomes(prompts: list[Prompt], scores: Mapping[tuple[str, str], float]) -> Outcomes:
-    """Count each prompt's ranked pairs and how many of them the scores order right, reversed
-    and tied. O(total pairs), one vectorised pass after gathering the pairs' scores.
+@dataclass
+class PairScores:
+    """Every ranked pair of every prompt with its two scores, in prompt order: pair k belongs to
+    prompt ``owner[k]``, its better response is ``better_ids[k]`` scoring ``better[k]``."""
+
+    owner: np.ndarray
+    better: np.ndarray
+    worse: np.ndarray
+    better_ids: list[str]
+    worse_ids: list[str]
+    n_prompts: int
+
+    def outcomes(self) -> Outcomes:
+        def per_prompt(flags: np.ndarray) -> np.ndarray:
+            return np.bincount(self.owner, weights=flags, minlength=self.n_prompts).astype(np.int64)
+
+        counts = np.bincount(self.owner, minlength=self.n_prompts).astype(np.int64)
+        return Outcomes(counts, per_prompt(self.better > self.worse), per_prompt(self.better < self.worse),
+                        per_prompt(self.better == self.worse))
+
+
+def pair_scores(prompts: list[Prompt], scores: Mapping[tuple[str, str], float]) -> PairScores:
+    """Gather each prompt's ranked pairs and their scores into flat arrays. O(total pairs).
 
     Raises CheemsInputError naming the first (prompt id, response id) without a score.
     """
-    # gather (better, worse) score pairs for all prompts into flat arrays
     better: list[float] = []
     worse: list[float] = []
+    better_ids: list[str] = []
+    worse_ids: list[str] = []
     counts = np.zeros(len(prompts), np.int64)
     missing = 0
     first_missing = None
@@ -102,16 +124,105 @@ def prompt_outcomes(prompts: list[Prompt], scores: Mapping[tuple[str, str], floa
         for w, l in pairs:
             better.append(s[w])
             worse.append(s[l])
+            better_ids.append(w)
+            worse_ids.append(l)
     if missing:
         raise CheemsInputError(f"{missing} response(s) have no score, the first is prompt "
                                f"{first_missing[0]!r} response {first_missing[1]!r}", field="score")
-    b, w = np.asarray(better, float), np.asarray(worse, float)
     owner = np.repeat(np.arange(len(prompts)), counts)  # pair -> its prompt
+    return PairScores(owner, np.asarray(better, float), np.asarray(worse, float), better_ids, worse_ids,
+                      len(prompts))
 
-    def per_prompt(flags: np.ndarray) -> np.ndarray:
-        return np.bincount(owner, weights=flags, minlength=len(prompts)).astype(np.int64)
 
-    return Outcomes(counts, per_prompt(b > w), per_prompt(b < w), per_prompt(b == w))
+def prompt_outcomes(prompts: list[Prompt], scores: Mapping[tuple[str, str], float]) -> Outcomes:
+    """Count each prompt's ranked pairs and how many of them the scores order right, reversed
+    and tied. O(total pairs), one vectorised pass after gathering the pairs' scores.
+
+    Raises CheemsInputError naming the first (prompt id, response id) without a score.
+    """
+    return pair_scores(prompts, scores).outcomes()
+
+
+def calibration_error(better: np.ndarray, worse: np.ndarray, n_bins: int = 5) -> float | None:
+    """The expected calibration error of the official CheemsRM evaluator, over ranked pairs.
+
+    With d = score(better) - score(worse), the pairs are put into ``n_bins`` equal-width bins of
+    |d| over [0, max |d|) (a bin holds lo <= |d| < hi, so the pairs at exactly max |d| fall in no
+    bin, as in the official code); a pair counts as right when d >= 0 (a tie counts right here).
+    ECE = sum over non-empty bins of |accuracy - sigmoid(mean |d|)| weighted by the bin's share of
+    the binned pairs. None when no pair lands in a bin (no pairs, or every |d| equal)."""
+    d = np.asarray(better, float) - np.asarray(worse, float)
+    diffs = np.abs(d)
+    if not len(d):
+        return None
+    step = diffs.max() / n_bins
+    total, weighted = 0, 0.0
+    for i in range(n_bins):
+        in_bin = (diffs >= i * step) & (diffs < (i + 1) * step)
+        n = int(in_bin.sum())
+        if n:
+            acc = float((d[in_bin] >= 0).mean())
+            confidence = 1 / (1 + np.exp(-diffs[in_bin].mean()))
+            weighted += abs(acc - confidence) * n
+            total += n
+    return float(weighted / total) if total else None
+
+
+def kendall_taus(prompts: list[Prompt], scores: Mapping[tuple[str, str], float]) -> list[float | None]:
+    """Per prompt, Kendall's tau-b between its responses' scores and the human ranking (rank 0 is
+    best, so the ranking enters negated); None where it is undefined (all scores, or all ranks, equal)."""
+    from scipy.stats import kendalltau
+
+    out: list[float | None] = []
+    for p in prompts:
+        ids = [r.id for r in p.responses if r.id in p.rank]
+        human, model = [-p.rank[i] for i in ids], [scores[(p.id, i)] for i in ids]
+        if len(set(human)) < 2 or len(set(model)) < 2:
+            out.append(None)
+            continue
+        out.append(float(kendalltau(human, model, variant="b").statistic))
+    return out
+
+
+def length_diagnostic(prompts: list[Prompt], pairs: PairScores) -> dict:
+    """Accuracy on the ranked pairs whose better response is the longer one and on those where it
+    is the shorter one (characters; pairs of equal length are in neither): a scorer that just
+    prefers length does well on the first and badly on the second."""
+    lengths = [{r.id: len(r.content) for r in p.responses} for p in prompts]
+    lb = np.array([lengths[o][b] for o, b in zip(pairs.owner.tolist(), pairs.better_ids)], np.int64)
+    lw = np.array([lengths[o][w] for o, w in zip(pairs.owner.tolist(), pairs.worse_ids)], np.int64)
+    right = pairs.better > pairs.worse
+    out = {}
+    for name, mask in (("better_longer", lb > lw), ("better_shorter", lb < lw)):
+        n = int(mask.sum())
+        out[name] = {"pairs": n, "accuracy": float(right[mask].mean()) if n else None}
+    return out
+
+
+def benchmark_fingerprint(prompts: list[Prompt]) -> dict:
+    """What two reports must share to be compared: a SHA-256 over every prompt's id and its
+    ranking (in id order), and the prompt count."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256()
+    for p in sorted(prompts, key=lambda q: q.id):
+        h.update(json.dumps([p.id, sorted((p.rank or {}).items())], ensure_ascii=False).encode())
+        h.update(b"\n")
+    return {"fingerprint": h.hexdigest(), "prompts": len(prompts)}
+
+
+def prompt_items(prompts: list[Prompt], pairs: PairScores) -> list[dict]:
+    """One row per prompt for pairing two reports: its ranked pairs as [better, worse, outcome]
+    (right, tied or reversed) and the counts."""
+    rows = [{"prompt_id": p.id, "subset": p.subset or "default", "category": p.main_category, "pairs": [],
+             "right": 0, "tied": 0, "reversed": 0} for p in prompts]
+    for o, b, w, sb, sw in zip(pairs.owner.tolist(), pairs.better_ids, pairs.worse_ids, pairs.better.tolist(),
+                               pairs.worse.tolist()):
+        outcome = "right" if sb > sw else "reversed" if sb < sw else "tied"
+        rows[o]["pairs"].append([b, w, outcome])
+        rows[o][outcome] += 1
+    return rows
 
 
 def _macro(n_comp: np.ndarray, n_correct: np.ndarray, exact: np.ndarray, cat: np.ndarray, n_cat: int,
@@ -146,8 +257,22 @@ def evaluate(prompts: list[Prompt], scores: Mapping[tuple[str, str], float], *,
     resamples prompts with replacement within each subset (seeded); Overall's CI combines
     the subsets' resamples. O(total pairs + n_bootstrap * prompts * categories).
     """
-    return evaluate_outcomes(prompts, prompt_outcomes(prompts, scores), n_bootstrap=n_bootstrap,
-                             seed=seed, confidence=confidence, ties=ties)
+    pairs = pair_scores(prompts, scores)
+    report = evaluate_outcomes(prompts, pairs.outcomes(), n_bootstrap=n_bootstrap, seed=seed, confidence=confidence,
+                               ties=ties)
+    taus = kendall_taus(prompts, scores)
+    subset_of = np.array([p.subset or "default" for p in prompts], dtype=object)
+    for name, entry in report["subsets"].items():
+        members = np.flatnonzero(subset_of == name)
+        in_subset = np.isin(pairs.owner, members)
+        entry["ece"] = calibration_error(pairs.better[in_subset], pairs.worse[in_subset])
+        defined = [taus[i] for i in members if taus[i] is not None]
+        entry["kendall_tau_b"] = float(np.mean(defined)) if defined else None
+        sub = PairScores(pairs.owner[in_subset], pairs.better[in_subset], pairs.worse[in_subset],
+                         [b for b, m in zip(pairs.better_ids, in_subset) if m],
+                         [w for w, m in zip(pairs.worse_ids, in_subset) if m], pairs.n_prompts)
+        entry["length"] = length_diagnostic(prompts, sub)
+    return report
 
 
 def evaluate_outcomes(prompts: list[Prompt], out: Outcomes, *, n_bootstrap: int = 1000, seed: int = 0,

@@ -159,10 +159,11 @@ def eval_(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """Accuracy, Exact Match and Overall of a scorer on CheemsBench-style files (paper §3.3)."""
-    from cheems.io import check_outputs, write_json
+    from cheems.io import check_outputs, outputs_together, sidecar, write_json, write_jsonl
     from cheems.scoring.evaluate import evaluate_benchmark
 
-    check_outputs([json_out], [*bench, scores, cache])
+    items_out = sidecar(json_out, "items") if json_out else None
+    check_outputs([json_out, items_out], [*bench, scores, cache])
     judge_config, generate = None, None
     if judge is not None:
         api_base, generate = judge_backend_for(judge_backend, judge, api_base, trust_remote_code)
@@ -180,8 +181,10 @@ def eval_(
                                     notify=err.print, ties=ties.value, fmt=fmt)
     if result.encoding is not None:
         _report_encoding(result.encoding, result.truncation)
-    if json_out:
-        write_json(json_out, result.report)
+    if json_out:  # the report and its per-prompt items together, or neither
+        with outputs_together(json_out, items_out) as (report_tmp, items_tmp):
+            write_json(report_tmp, result.report)
+            write_jsonl(items_tmp, result.items)
     print_skipped(result.errors)
     if result.repeated_rows:
         err.print(f"note: {result.repeated_rows} row(s) repeat an earlier row exactly (same prompt, responses "
@@ -269,6 +272,20 @@ def _print_eval(name: str, report: dict) -> None:
     if ci_table.row_count:
         out.print(ci_table)
     out.print(detail)
+    _print_calibration(subsets)
+
+
+def _print_calibration(subsets: dict) -> None:
+    table = Table(title="Calibration and ranking agreement")
+    for col in ("subset", "ECE (5 bins of |diff|)", "Kendall tau-b", "Acc. better longer", "Acc. better shorter"):
+        table.add_column(col, justify="left" if col == "subset" else "right")
+    for sname, s in subsets.items():
+        if "ece" in s:
+            length = s.get("length") or {}
+            table.add_row(sname, fmt(s["ece"]), fmt(s.get("kendall_tau_b")),
+                          *(fmt((length.get(k) or {}).get("accuracy")) for k in ("better_longer", "better_shorter")))
+    if table.row_count:
+        out.print(table)
 
 
 @app.command()

@@ -25,7 +25,7 @@ CONFIG_HELP = "Pipeline YAML (examples/curation/pipeline.yaml); this stage reads
 
 
 def _done(report: dict, what: str) -> None:
-    from cheems.curation.stages import sidecar
+    from cheems.io import sidecar
 
     out.print(f"{what} -> {report['output']} (report: {sidecar(report['output'], 'report', '.json')})")
     if report.get("balanced") is False:  # a bug, not bad input: say so loudly

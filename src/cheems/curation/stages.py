@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from cheems.formats import check_unique_ids, read_prompts
-from cheems.io import check_outputs, outputs_together, read_yaml_mapping, write_json, write_jsonl
+from cheems.io import check_outputs, outputs_together, read_yaml_mapping, sidecar, write_json, write_jsonl
 from cheems.records import CheemsInputError, Prompt
 from cheems.settings import check_settings, setting, settings_from_mapping
 
 __all__ = ["ResolveSettings", "read_inputs", "run_analyze_bias", "run_debias", "run_filter", "run_judge",
-           "run_merge", "run_resolve", "run_sample", "settings_into", "sidecar", "stage_settings"]
+           "run_merge", "run_resolve", "run_sample", "settings_into", "stage_settings"]
 
 Progress = Callable[[int, int], None]
 
@@ -43,13 +43,6 @@ class ResolveSettings:
 
     def __post_init__(self) -> None:
         check_settings(self)
-
-
-def sidecar(output: str | os.PathLike, kind: str, suffix: str = ".jsonl") -> Path:
-    """``out.jsonl`` -> ``out.KIND.jsonl`` (or another suffix): files written beside an output."""
-    output = Path(output)
-    stem = output.name[:-len(".jsonl")] if output.name.endswith(".jsonl") else output.stem
-    return output.with_name(f"{stem}.{kind}{suffix}")
 
 
 def stage_settings(path: str | os.PathLike | None, stage: str) -> dict:

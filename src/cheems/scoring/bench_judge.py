@@ -38,7 +38,7 @@ from cheems.records import CheemsInputError, Prompt, ranked_pairs
 from cheems.scoring.judge_prompt import TEMPLATE_VERSION, build_messages, parse_verdict
 from cheems.settings import check_settings, setting
 
-__all__ = ["ORDERS", "Generate", "JudgeConfig", "Judgement", "first_position_rate", "judge_bench",
+__all__ = ["ORDERS", "Generate", "JudgeConfig", "Judgement", "first_position_rate", "judge_bench", "judge_items",
            "judge_bench_async", "judge_report", "plan_judgements", "run_judgements"]
 
 ORDERS = ("ab", "ba")
@@ -288,6 +288,22 @@ def _give(js: list[Judgement], reply: ChatReply) -> None:
 
 
 # ----------------------------------------------------------------------------- report
+
+def judge_items(prompts: list[Prompt], report: dict) -> list[dict]:
+    """Per prompt, its judged pairs as [better, worse, "right"|"wrong"] for pairing two reports
+    (the shape of :func:`cheems.metrics.prompt_items`): a pair is right when every judged order
+    picked the better response."""
+    rows = {p.id: {"prompt_id": p.id, "subset": p.subset or "default", "category": p.main_category, "pairs": [],
+                   "right": 0, "wrong": 0} for p in prompts}
+    for rec in report["pairs"]:
+        worse = rec["second"] if rec["better"] == rec["first"] else rec["first"]
+        outcome = "right" if all(j["correct"] for j in rec["judgements"].values()) else "wrong"
+        row = rows[rec["prompt_id"]]
+        row["pairs"].append([rec["better"], worse, outcome])
+        row[outcome] += 1
+    return list(rows.values())
+
+
 
 def judge_report(prompts: list[Prompt], plan: list[Judgement], config: JudgeConfig, stats: dict, *,
                  n_bootstrap: int = 1000) -> dict:

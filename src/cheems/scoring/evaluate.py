@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cheems.formats import check_unique_ids, drop_repeated_rows, read_many, read_scores
-from cheems.metrics import check_ties, evaluate
+from cheems.metrics import benchmark_fingerprint, check_ties, evaluate, pair_scores, prompt_items
 from cheems.records import CheemsInputError, Prompt
 from cheems.scoring.baselines import BASELINES, check_seed
 from cheems.settings import setting
@@ -54,6 +54,7 @@ class Evaluation:
     encoding: object = None  # cheems.models.sequences.EncodeStats of the model's run
     truncation: str | None = None
     repeated_rows: int = 0  # rows that repeated an earlier row exactly, counted once
+    items: list[dict] = field(default_factory=list)  # per prompt, its pairs' outcomes (cheems.metrics.prompt_items)
 
 
 def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Sequence[Prompt],
@@ -120,16 +121,19 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
     repeated = drop_repeated_rows(res)
     check_unique_ids(res.prompts, res.locations())
     evaluation = Evaluation({}, res.errors, repeated_rows=repeated)
+    score_map = None
     if scores is not None:
         try:
-            report = evaluate(res.prompts, read_scores(scores), n_bootstrap=n_bootstrap, seed=seed, ties=ties)
+            score_map = read_scores(scores)
+            report = evaluate(res.prompts, score_map, n_bootstrap=n_bootstrap, seed=seed, ties=ties)
         except CheemsInputError as e:
             raise e.located(file=str(scores)) from None
         name = Path(scores).stem
     elif judge is not None:
-        from cheems.scoring.bench_judge import judge_bench
+        from cheems.scoring.bench_judge import judge_bench, judge_items
 
         report = judge_bench(res.prompts, judge, progress, n_bootstrap=n_bootstrap, generate=generate)
+        evaluation.items = judge_items(res.prompts, report)
         name = judge.model
     elif model is not None:
         settings = model_settings or ModelSettings()
@@ -138,9 +142,14 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
         report = evaluate(res.prompts, score_map, n_bootstrap=n_bootstrap, seed=seed, ties=ties)
         name = Path(model).name
     else:
-        report = evaluate(res.prompts, BASELINES[baseline](res.prompts, seed=seed), n_bootstrap=n_bootstrap,
-                          seed=seed, ties=ties)
+        score_map = BASELINES[baseline](res.prompts, seed=seed)
+        report = evaluate(res.prompts, score_map, n_bootstrap=n_bootstrap, seed=seed, ties=ties)
         name = baseline
+    if score_map is not None:
+        evaluation.items = prompt_items(res.prompts, pair_scores(res.prompts, score_map))
+    report["kind"] = "eval"
+    report["scorer"] = "generative" if judge is not None else "discriminative"
+    report["benchmark"] = benchmark_fingerprint(res.prompts)
     report["model"] = name
     report["ties"] = ties
     evaluation.report = report

@@ -1,0 +1,102 @@
+"""Best-of-n (paper §6.2): the expected true quality of the response a reward model picks among
+n responses drawn from a prompt's N candidates.
+
+For one prompt, sort the N candidates by reward ascending; the pick among a uniformly random
+n-subset is its highest-reward member, which is the i-th smallest with probability
+C(i-1, n-1) / C(N, n). So the expectation over all C(N, n) subsets is exact without sampling:
+
+    E_n = sum_{i=n..N} C(i-1, n-1) / C(N, n) * gold_(i)
+
+Candidates tied on reward are picked uniformly among themselves, which is the same as giving
+each of them the mean gold value of its tie group (the formula is linear in gold). Prompts with
+fewer than n candidates are left out of that n (and counted). Confidence intervals come from a
+bootstrap over prompts, per category and overall.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from cheems.records import CheemsInputError, Prompt
+
+__all__ = ["best_of_n_curve", "expected_best_of_n", "pick_weights"]
+
+
+def pick_weights(n_candidates: int, n: int) -> np.ndarray:
+    """P(the i-th smallest of N is the maximum of a random n-subset), i = 1..N (zeros below n).
+
+    Computed as a running product (w_N = n / N, w_{i-1} = w_i (i - n) / (i - 1)), which stays
+    exact in floating point for any N where the binomials themselves would overflow."""
+    if not 1 <= n <= n_candidates:
+        raise ValueError(f"n must be in 1..{n_candidates}, got {n}")
+    w = np.zeros(n_candidates)
+    w[-1] = n / n_candidates
+    for i in range(n_candidates, n, -1):  # i is 1-based: w[i - 1] is the i-th smallest
+        w[i - 2] = w[i - 1] * (i - n) / (i - 1)
+    return w
+
+
+def expected_best_of_n(rewards: Sequence[float], gold: Sequence[float], n: int) -> float:
+    """E[gold of the highest-reward response among n drawn without replacement], exactly; ties on
+    reward share their group's mean gold. O(N log N)."""
+    r = np.asarray(rewards, float)
+    g = np.asarray(gold, float)
+    order = np.argsort(r, kind="stable")
+    r, g = r[order], g[order]
+    _, start, counts = np.unique(r, return_index=True, return_counts=True)
+    group_mean = np.add.reduceat(g, start) / counts
+    g = np.repeat(group_mean, counts)
+    return float(pick_weights(len(r), n) @ g)
+
+
+def best_of_n_curve(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str], float],
+                    gold: Mapping[tuple[str, str], float], ns: Sequence[int], *, n_bootstrap: int = 1000,
+                    seed: int = 0, confidence: float = 0.95) -> dict:
+    """The best-of-n curve of one reward model: for each n, the mean over prompts of
+    :func:`expected_best_of_n` with a bootstrap CI over prompts, overall and per main category.
+
+    Every response needs a reward and a gold value (a CheemsInputError names the first that
+    lacks one). With gold values all in {-1, 1} (wins and losses against a baseline response,
+    the paper's human win rate) each point also gives ``win_rate`` = (E + 1) / 2."""
+    per_prompt: list[tuple[str, np.ndarray, np.ndarray]] = []
+    for p in prompts:
+        keys = [(p.id, r.id) for r in p.responses]
+        for what, table in (("reward", rewards), ("gold value", gold)):
+            missing = next((k for k in keys if k not in table), None)
+            if missing is not None:
+                raise CheemsInputError(f"no {what} for response {missing[1]!r} of prompt {missing[0]!r}",
+                                       field="response_id")
+        per_prompt.append((p.main_category, np.array([rewards[k] for k in keys], float),
+                           np.array([gold[k] for k in keys], float)))
+    values = {v for _, _, g in per_prompt for v in g.tolist()}
+    wins = bool(values) and values <= {-1.0, 1.0}
+    rng = np.random.default_rng(seed)
+    curve, by_category = [], defaultdict(list)
+    for n in sorted(set(ns)):
+        cats, e = [], []
+        for cat, r, g in per_prompt:
+            if len(r) >= n:
+                cats.append(cat)
+                e.append(expected_best_of_n(r, g, n))
+        point = _point(n, np.array(e), len(per_prompt) - len(e), rng, n_bootstrap, confidence, wins)
+        curve.append(point)
+        cats_arr = np.array(cats, dtype=object)
+        for cat in sorted(set(cats)):
+            by_category[cat].append(_point(n, np.array(e)[cats_arr == cat], 0, rng, n_bootstrap, confidence, wins))
+    return {"curve": curve, "categories": dict(by_category), "prompts": len(per_prompt), "gold_is_win_loss": wins}
+
+
+def _point(n: int, e: np.ndarray, left_out: int, rng: np.random.Generator, n_bootstrap: int, confidence: float,
+           wins: bool) -> dict:
+    point = {"n": n, "prompts": int(len(e)), "left_out": int(left_out),
+             "expected_gold": float(e.mean()) if len(e) else None, "ci": None}
+    if len(e) and n_bootstrap > 0:
+        means = e[rng.integers(0, len(e), size=(n_bootstrap, len(e)))].mean(axis=1)
+        tail = (1 - confidence) / 2
+        point["ci"] = [float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))]
+    if wins and len(e):
+        point["win_rate"] = (point["expected_gold"] + 1) / 2
+    return point

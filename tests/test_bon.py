@@ -1,0 +1,58 @@
+"""Best-of-n: the exact estimator against brute force over every n-subset (ties broken uniformly
+at random, enumerated), and the curve's bookkeeping."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from cheems.records import Prompt, Response
+from cheems.report.bon import best_of_n_curve, expected_best_of_n, pick_weights
+
+
+def brute_force(rewards: list[int], gold: list[int], n: int) -> Fraction:
+    """Average over all n-subsets of the mean gold of the subset's top-reward members (a tie for
+    the top is broken uniformly at random), in exact fractions."""
+    total, count = Fraction(0), 0
+    for subset in itertools.combinations(range(len(rewards)), n):
+        top = max(rewards[i] for i in subset)
+        best = [gold[i] for i in subset if rewards[i] == top]
+        total += Fraction(sum(best), len(best))
+        count += 1
+    return total / count
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_estimator_equals_brute_force_with_ties(data):
+    size = data.draw(st.integers(1, 10))
+    rewards = data.draw(st.lists(st.integers(0, 4), min_size=size, max_size=size))  # many ties
+    gold = data.draw(st.lists(st.integers(-5, 5), min_size=size, max_size=size))
+    n = data.draw(st.integers(1, size))
+    assert abs(expected_best_of_n(rewards, gold, n) - float(brute_force(rewards, gold, n))) < 1e-9
+
+
+def test_pick_weights_sum_to_one_and_n_equals_one_is_the_mean():
+    for big in (1, 5, 32, 300):
+        for n in (1, big // 2 or 1, big):
+            assert abs(pick_weights(big, n).sum() - 1) < 1e-9
+    assert abs(expected_best_of_n([3, 1, 2], [10, 20, 30], 1) - 20) < 1e-12
+    assert expected_best_of_n([3, 1, 2], [10, 20, 30], 3) == 10  # all drawn: the top reward's gold
+
+
+def test_the_curve_leaves_out_short_prompts_and_gives_win_rates():
+    prompts = [Prompt("p1", "问题一", [Response(f"a{i}", str(i)) for i in range(4)], category=["数学"]),
+               Prompt("p2", "问题二", [Response(f"b{i}", str(i)) for i in range(2)], category=["代码"])]
+    rewards = {("p1", f"a{i}"): float(i) for i in range(4)} | {("p2", f"b{i}"): float(-i) for i in range(2)}
+    gold = {("p1", f"a{i}"): 1.0 if i >= 2 else -1.0 for i in range(4)} | {("p2", "b0"): 1.0, ("p2", "b1"): -1.0}
+    out = best_of_n_curve(prompts, rewards, gold, [1, 2, 4], n_bootstrap=200, seed=1)
+    by_n = {p["n"]: p for p in out["curve"]}
+    assert by_n[4]["prompts"] == 1 and by_n[4]["left_out"] == 1 and by_n[4]["expected_gold"] == 1.0
+    assert by_n[1]["expected_gold"] == 0.0 and by_n[1]["win_rate"] == 0.5
+    assert out["gold_is_win_loss"] and set(out["categories"]) == {"数学", "代码"}
+    again = best_of_n_curve(prompts, rewards, gold, [1, 2, 4], n_bootstrap=200, seed=1)
+    assert again == out  # seeded
+    assert np.isclose(by_n[2]["expected_gold"], (expected_best_of_n([0, 1, 2, 3], [-1, -1, 1, 1], 2) + 1) / 2)
