@@ -56,3 +56,30 @@ def test_the_curve_leaves_out_short_prompts_and_gives_win_rates():
     again = best_of_n_curve(prompts, rewards, gold, [1, 2, 4], n_bootstrap=200, seed=1)
     assert again == out  # seeded
     assert np.isclose(by_n[2]["expected_gold"], (expected_best_of_n([0, 1, 2, 3], [-1, -1, 1, 1], 2) + 1) / 2)
+
+
+def test_bon_from_the_command_line_with_the_human_ranking_as_gold(tmp_path, sample_annotations):
+    import json
+
+    from tests.conftest import run_cli_in
+
+    assert run_cli_in(tmp_path, "rank", sample_annotations / "open.jsonl", "-o", "bench.jsonl").returncode == 0
+    rows = [json.loads(x) for x in (tmp_path / "bench.jsonl").read_text(encoding="utf-8").splitlines()]
+    gold = [{"prompt_id": r["id"], "response_id": rid, "score": -level}
+            for r in rows for rid, level in r["rank"].items()]
+    (tmp_path / "gold.jsonl").write_text("".join(json.dumps(g) + "\n" for g in gold), encoding="utf-8")
+    assert run_cli_in(tmp_path, "score", "bench.jsonl", "--scorer", "length", "-o", "length.jsonl").returncode == 0
+    r = run_cli_in(tmp_path, "bon", "bench.jsonl", "--scores", "length.jsonl", "--gold", "gold.jsonl",
+                   "-n", "1,2,5,8", "--json", "bon.json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads((tmp_path / "bon.json").read_text(encoding="utf-8"))
+    curve = {p["n"]: p for p in out["curve"]}
+    assert out["kind"] == "bon" and out["model"] == "length"
+    assert curve[8]["prompts"] == 0 and curve[8]["left_out"] == 24 and "fewer than 8" in r.stderr
+    scores = {(s["prompt_id"], s["response_id"]): s["score"]
+              for s in map(json.loads, (tmp_path / "length.jsonl").read_text(encoding="utf-8").splitlines())}
+    want = np.mean([expected_best_of_n([scores[(row["id"], x)] for x in row["rank"]],
+                                       [-v for v in row["rank"].values()], 5) for row in rows])
+    assert np.isclose(curve[5]["expected_gold"], want)
+    bad = run_cli_in(tmp_path, "bon", "bench.jsonl", "--scores", "length.jsonl", "--gold", "gold.jsonl", "-n", "0")
+    assert bad.returncode == 2 and "-n" in bad.stderr and "Traceback" not in bad.stderr

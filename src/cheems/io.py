@@ -273,7 +273,7 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
     n = 0
     with atomic_open(path) as f:
         for row in rows:
-            f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+            f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY))
             n += 1
     return n
 
@@ -281,7 +281,7 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[dict]) -> int:
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write one JSON document atomically, indented, UTF-8."""
     with atomic_open(path) as f:
-        f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE))
+        f.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY))
 
 
 YAML_MAX_BYTES = 1 << 20

@@ -26,7 +26,8 @@ import numpy as np
 from cheems.records import CheemsInputError, Prompt, preference_pairs, ranked_pairs
 
 __all__ = ["TIES", "Outcomes", "PairScores", "benchmark_fingerprint", "calibration_error", "check_ties",
-           "dataset_stats", "evaluate", "evaluate_outcomes", "exact_matches", "kendall_taus", "length_diagnostic", "pair_scores", "prompt_items",
+           "dataset_stats", "evaluate", "evaluate_outcomes", "exact_matches", "kendall_taus", "length_diagnostic",
+           "pair_scores", "prompt_items",
            "prompt_outcomes"]
 
 TIES = ("official", "strict")  # the Exact Match tie rules, the default first

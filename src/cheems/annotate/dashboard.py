@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from cheems.annotate.db import Annotation, Assignment, ReviewItem, Task, User
 from cheems.annotate.export import annotated_prompts
+from cheems.annotate.protocol import relation
 from cheems.graph import resolve_conflicts
 
 __all__ = ["krippendorff_alpha", "stats"]
@@ -102,8 +103,7 @@ def _gold_annotators(names: dict, answers: list[Annotation], tasks: dict) -> dic
         if gold is None or a.phase != "first":
             continue
         pairs = list(itertools.combinations(tasks[a.task_id].response_ids, 2))
-        right = sum((gold[x] > gold[y]) - (gold[x] < gold[y]) == (a.levels[x] > a.levels[y]) - (a.levels[x] < a.levels[y])
-                    for x, y in pairs)
+        right = sum(relation(gold, x, y) == relation(a.levels, x, y) for x, y in pairs)
         hits[names[a.user_id]].append(right / len(pairs))
     return {n: {"gold_tasks": len(v), "accuracy": float(np.mean(v))} for n, v in sorted(hits.items())}
 

@@ -283,8 +283,8 @@ def submit(session: Session, user: User, task_id: int, body: Any, settings: Work
     if assignment.submitted_at is not None:
         raise WorkflowError(409, f"you already submitted task {task_id}")
     sub = _check(session, task, assignment.shown_order, body)
-    won = session.execute(update(Assignment).where(Assignment.id == assignment.id,
-                                                   Assignment.submitted_at.is_(None)).values(submitted_at=now())).rowcount
+    won = session.execute(update(Assignment).where(Assignment.id == assignment.id, Assignment.submitted_at.is_(None))
+                          .values(submitted_at=now())).rowcount
     if not won:
         session.rollback()
         raise WorkflowError(409, f"you already submitted task {task_id}")

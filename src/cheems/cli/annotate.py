@@ -200,5 +200,6 @@ def export(output: Path = typer.Option(..., "-o", "--output", help="Benchmark fi
     total = result["conflicts"].get("total", {})
     out.print(f"wrote {result['prompts']} ranked prompts -> {output}"
               + (f" (conflict ratio {total['conflict_ratio']:.3f})" if total else "")
-              + (f"; {result['prompts_waiting']} prompts without a settled task yet" if result["prompts_waiting"] else "")
+              + (f"; {result['prompts_waiting']} prompts without a settled task yet"
+                 if result["prompts_waiting"] else "")
               + (f"; {result['raw_rows']} answers -> {raw}" if raw else ""))

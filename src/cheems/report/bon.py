@@ -22,7 +22,7 @@ import numpy as np
 
 from cheems.records import CheemsInputError, Prompt
 
-__all__ = ["best_of_n_curve", "expected_best_of_n", "pick_weights"]
+__all__ = ["best_of_n_curve", "best_of_n_files", "expected_best_of_n", "pick_weights"]
 
 
 def pick_weights(n_candidates: int, n: int) -> np.ndarray:
@@ -100,3 +100,40 @@ def _point(n: int, e: np.ndarray, left_out: int, rng: np.random.Generator, n_boo
     if wins and len(e):
         point["win_rate"] = (point["expected_gold"] + 1) / 2
     return point
+
+
+def best_of_n_files(candidates: Sequence[str], gold: str, ns: Sequence[int], *, scores: str | None = None,
+                    model: str | None = None, model_settings=None, n_bootstrap: int = 1000, seed: int = 0,
+                    fmt: str | None = None, skip_invalid: bool = False, progress=None,
+                    notify=None) -> tuple[dict, list]:
+    """The best-of-n report of one reward model (``scores`` file or ``model`` folder) on candidate
+    files against a GOLD scores file; returns ``(report, skipped row errors)``."""
+    from pathlib import Path
+
+    from cheems.formats import read_many, read_scores
+
+    if (scores is None) == (model is None):
+        raise CheemsInputError("give exactly one of --scores FILE or --model DIR")
+    if not ns or any(not isinstance(n, int) or n < 1 for n in ns):
+        raise CheemsInputError(f"n must be positive integers, got {list(ns)}", field="-n")
+    res = read_many(candidates, skip_invalid=skip_invalid, fmt=fmt)
+    if not res.prompts:
+        raise CheemsInputError("no valid prompts with candidates")
+    gold_map = _read(read_scores, gold)
+    if scores is not None:
+        rewards, name = _read(read_scores, scores), Path(scores).stem
+    else:
+        from cheems.scoring.evaluate import ModelSettings, model_scores
+
+        rewards, _ = model_scores(model, model_settings or ModelSettings(), res.prompts, progress, notify)
+        name = Path(model).name
+    report = best_of_n_curve(res.prompts, rewards, gold_map, ns, n_bootstrap=n_bootstrap, seed=seed)
+    report.update(kind="bon", model=name, gold=Path(gold).name)
+    return report, res.errors
+
+
+def _read(reader, path: str) -> dict:
+    try:
+        return reader(path)
+    except CheemsInputError as e:
+        raise e.located(file=str(path)) from None

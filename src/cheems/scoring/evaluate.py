@@ -21,7 +21,7 @@ from cheems.records import CheemsInputError, Prompt
 from cheems.scoring.baselines import BASELINES, check_seed
 from cheems.settings import setting
 
-__all__ = ["Evaluation", "ModelSettings", "evaluate_benchmark", "load_scorer"]
+__all__ = ["Evaluation", "ModelSettings", "evaluate_benchmark", "load_scorer", "model_scores"]
 
 Progress = Callable[[int, int], None]
 Notify = Callable[[str], None]
@@ -137,7 +137,7 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
         name = judge.model
     elif model is not None:
         settings = model_settings or ModelSettings()
-        score_map, evaluation.encoding = _model_scores(model, settings, res.prompts, progress, notify)
+        score_map, evaluation.encoding = model_scores(model, settings, res.prompts, progress, notify)
         evaluation.truncation = settings.truncation
         report = evaluate(res.prompts, score_map, n_bootstrap=n_bootstrap, seed=seed, ties=ties)
         name = Path(model).name
@@ -156,7 +156,7 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
     return evaluation
 
 
-def _model_scores(model, settings: ModelSettings, prompts: list[Prompt], progress: Progress | None,
+def model_scores(model, settings: ModelSettings, prompts: list[Prompt], progress: Progress | None,
                   notify: Notify | None) -> tuple[dict, object]:
     """Every response's score by the reward model, and the model's encoding counts."""
     from cheems.scoring.transformers_rm import score_prompts

@@ -1,0 +1,190 @@
+"""`cheems bon`, `cheems compare`, `cheems correlate` and `cheems report`: what a team reads after
+evaluating (paper §6.2)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_input_errors
+from cheems.records import CheemsInputError
+
+__all__ = ["register"]
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheemsInputError("no such file", file=str(path)) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheemsInputError(f"not a JSON file: {e}", file=str(path)) from None
+
+
+def _read_items(report_path: Path) -> list[dict]:
+    from cheems.io import sidecar
+
+    path = sidecar(report_path, "items")
+    if not path.exists():
+        raise CheemsInputError(f"no per-prompt items beside it ({path.name}): write the report with a current "
+                               "`cheems eval --json`", file=str(report_path))
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for k, line in enumerate(f, 1):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise CheemsInputError(f"invalid JSON: {e}", file=str(path), line=k) from None
+    return rows
+
+
+def _ns(text: str) -> list[int]:
+    try:
+        ns = [int(x) for x in text.replace("，", ",").split(",") if x.strip()]
+    except ValueError:
+        raise CheemsInputError(f"must be comma-separated positive integers, got {text!r}", field="-n") from None
+    if not ns or min(ns) < 1:
+        raise CheemsInputError(f"must be comma-separated positive integers, got {text!r}", field="-n")
+    return ns
+
+
+@reports_input_errors
+def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N candidate responses each."),
+        gold: Path = typer.Option(..., "--gold", help="SCORES-shaped rows {prompt_id, response_id, score}: each "
+                                  "response's true quality (a number, or +1/-1 win/loss against a baseline)."),
+        scores: Optional[Path] = typer.Option(None, "--scores", help="The reward model's SCORES file."),
+        model: Optional[Path] = typer.Option(None, "--model", help="Or: a reward model folder to score with."),
+        n: str = typer.Option("1,2,4,8,16,32", "-n", help="Comma-separated n of best-of-n."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the curve as JSON."),
+        bootstrap: int = typer.Option(1000, help="Bootstrap resamples over prompts for the 95% CI."),
+        seed: int = typer.Option(0, help="Seed of the bootstrap."),
+        skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing.")):
+    """Best-of-n (paper §6.2): the expected gold quality of the reward model's pick among n of the
+    N candidates, exact over all n-subsets, per category and overall with bootstrap CIs."""
+    from cheems.io import check_outputs, write_json
+    from cheems.report.bon import best_of_n_files
+
+    check_outputs([json_out], [*candidates, gold, scores])
+    ns = _ns(n)
+    with progress("scoring") if model else contextlib.nullcontext(None) as bar:
+        report, errors = best_of_n_files([str(c) for c in candidates], str(gold), ns,
+                                         scores=str(scores) if scores else None, model=str(model) if model else None,
+                                         n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
+                                         notify=err.print)
+    print_skipped(errors)
+    if json_out:
+        write_json(json_out, report)
+    table = Table(title=f"Best-of-n: {report['model']} ({report['prompts']} prompts)")
+    for col in ("n", "prompts", "expected gold", "95% CI") + (("win rate",) if report["gold_is_win_loss"] else ()):
+        table.add_column(col, justify="right")
+    for p in report["curve"]:
+        ci = f"[{p['ci'][0]:.4f}, {p['ci'][1]:.4f}]" if p["ci"] else "-"
+        row = [str(p["n"]), str(p["prompts"]), fmt(p["expected_gold"]), ci]
+        if report["gold_is_win_loss"]:
+            row.append(fmt(p.get("win_rate")))
+        table.add_row(*row)
+    out.print(table)
+    short = [p for p in report["curve"] if p["left_out"]]
+    for p in short:
+        err.print(f"n={p['n']}: {p['left_out']} prompt(s) have fewer than {p['n']} candidates and are left out")
+
+
+@reports_input_errors
+def compare(a: Path = typer.Argument(..., help="`cheems eval --json` report of model A."),
+            b: Path = typer.Argument(..., help="Report of model B on the same benchmark."),
+            json_out: Optional[Path] = typer.Option(None, "--json", help="Write the comparison as JSON."),
+            bootstrap: int = typer.Option(2000, help="Paired bootstrap resamples over prompts."),
+            seed: int = typer.Option(0, help="Seed of the paired bootstrap.")):
+    """Is B really better than A? Differences with a paired bootstrap (CI, p-value), McNemar's exact
+    test on per-pair correctness, Holm's correction across categories."""
+    from cheems.io import check_outputs, sidecar, write_json
+    from cheems.report.compare import compare_reports
+
+    check_outputs([json_out], [a, b, sidecar(a, "items"), sidecar(b, "items")])
+    if bootstrap < 1:
+        raise CheemsInputError("must be at least 1", field="--bootstrap")
+    ra, rb = _read_json(a), _read_json(b)
+    for path, r in ((a, ra), (b, rb)):
+        if not isinstance(r, dict) or "subsets" not in r:
+            raise CheemsInputError("not a `cheems eval --json` report", file=str(path))
+    result = compare_reports(ra, _read_items(a), rb, _read_items(b), n_bootstrap=bootstrap, seed=seed)
+    if json_out:
+        write_json(json_out, result)
+    table = Table(title=f"{result['b']} - {result['a']} (paired bootstrap over prompts, {bootstrap} resamples)")
+    for col in ("", "A", "B", "B - A", "95% CI", "p"):
+        table.add_column(col, justify="left" if not col else "right")
+    rows = [(f"{name} {metric}", d) for name, s in result["subsets"].items() for metric, d in s.items()]
+    for label, d in rows + [("Overall", result["overall"])]:
+        table.add_row(label, fmt(d["a"]), fmt(d["b"]), f"{d['difference']:+.4f}",
+                      f"[{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]", fmt(d["p_value"]))
+    out.print(table)
+    m = result["mcnemar"]
+    out.print(f"McNemar (exact, per pair): right only for A {m['only_a']}, only for B {m['only_b']}, "
+              f"p = {m['p_value']:.4g}")
+    worst = sorted(result["categories"].items(), key=lambda kv: kv[1]["p_holm"])[:5]
+    for cat, c in worst:
+        out.print(f"  {cat}: only A {c['only_a']}, only B {c['only_b']}, p = {c['p_value']:.4g}, "
+                  f"Holm-adjusted {c['p_holm']:.4g}")
+
+
+@reports_input_errors
+def correlate(results: List[Path] = typer.Argument(..., help="eval / bon reports, one model each (its "
+                                                   "\"model\" names it)."),
+              downstream: Path = typer.Option(..., "--downstream", help="JSON {model: {metric: value}}."),
+              json_out: Optional[Path] = typer.Option(None, "--json", help="Write the correlations as JSON."),
+              bootstrap: int = typer.Option(1000, help="Bootstrap resamples over models."),
+              seed: int = typer.Option(0, help="Seed of the bootstrap.")):
+    """Pearson, Spearman and Kendall between every benchmark metric and every downstream metric
+    across reward models (paper Fig. 5), with bootstrap CIs over models."""
+    from cheems.io import check_outputs, write_json
+    from cheems.report.correlate import correlate as run
+
+    check_outputs([json_out], [*results, downstream])
+    reports: dict[str, list[dict]] = {}
+    for path in results:
+        r = _read_json(path)
+        if not isinstance(r, dict) or not r.get("model"):
+            raise CheemsInputError("not an eval or bon report with a \"model\"", file=str(path))
+        reports.setdefault(str(r["model"]), []).append(r)
+    down = _read_json(downstream)
+    if not isinstance(down, dict) or not all(isinstance(v, dict) for v in down.values()):
+        raise CheemsInputError("must be a JSON object {model: {metric: value}}", file=str(downstream))
+    try:
+        result = run(reports, down, n_bootstrap=bootstrap, seed=seed)
+    except CheemsInputError as e:
+        raise e.located(file=str(downstream)) from None
+    if json_out:
+        write_json(json_out, result)
+    table = Table(title=f"Correlation across {len(result['models'])} reward models (Pearson / Spearman / Kendall)")
+    table.add_column("benchmark metric")
+    for d in result["downstream_metrics"]:
+        table.add_column(d, justify="right")
+    for bname, row in result["correlations"].items():
+        table.add_row(bname, *(" / ".join(fmt(row[d][m]["r"], 2) for m in ("pearson", "spearman", "kendall"))
+                               for d in result["downstream_metrics"]))
+    out.print(table)
+    if result["left_out"]:
+        err.print(f"left out (a report or downstream results missing): {', '.join(result['left_out'])}")
+
+
+@reports_input_errors
+def report(results: List[Path] = typer.Argument(..., help="Any mix of eval, judge-eval, bon, correlate, compare, "
+                                                "curate and analyze-bias reports, and train_log.jsonl files."),
+           output: Path = typer.Option(..., "-o", "--output", help="The HTML report (one file, readable offline)."),
+           markdown: Optional[Path] = typer.Option(None, "--markdown", help="The same as Markdown with PNG plots.")):
+    """One static HTML page (plots inline, no network) from the reports of a study."""
+    from cheems.report.page import build_report, write_report
+
+    built = build_report([str(r) for r in results])
+    write_report(built, output, markdown)
+    out.print(f"report -> {output}" + (f" (and {markdown})" if markdown else ""))
+
+
+def register(app: typer.Typer) -> None:
+    for name, fn in (("bon", bon), ("compare", compare), ("correlate", correlate), ("report", report)):
+        app.command(name)(fn)
