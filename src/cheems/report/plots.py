@@ -1,0 +1,203 @@
+"""The figures of the report page, drawn with matplotlib's Agg canvas (no global backend is set).
+
+Each ``draw_*`` function fills a matplotlib ``Figure`` from plain data (lists and dicts taken from
+the result files); `figure_svg` turns a drawing into an SVG string to inline in HTML (text drawn as
+paths, so Chinese labels need no font in the browser) and `figure_png` into PNG bytes for the
+Markdown report. Chinese labels use the CJK font of `cheems.curation.bias.cjk_font_rc`.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from typing import Callable, Iterable, Sequence
+
+from cheems.curation.bias import cjk_font_rc
+from cheems.records import CheemsInputError
+
+__all__ = ["Drawing", "MAX_LINE_POINTS", "draw_bias_length", "draw_bon_curves", "draw_category_bars",
+           "draw_correlation_heatmap", "draw_training_curves", "figure_png", "figure_svg", "thin_points"]
+
+Drawing = Callable[["object"], None]
+"""A function that draws into a matplotlib ``Figure``."""
+
+MAX_LINE_POINTS = 2000
+"""Most points of one line drawn (a long training log is thinned evenly; the tables keep every value)."""
+
+FIGSIZE = (8.0, 4.4)
+SVG_HASH_SALT = "cheems-report"  # fixed ids in the SVG: the same inputs give the same page
+
+
+def _figure(size: tuple[float, float]):
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise CheemsInputError("the report's plots need matplotlib: pip install 'cheems[plot]'") from None
+    fig = Figure(figsize=size, dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _render(draw: Drawing, texts: Iterable[str], fmt: str, size: tuple[float, float]) -> bytes:
+    from matplotlib import rc_context
+
+    rc = {**cjk_font_rc(list(texts)), "svg.fonttype": "path", "svg.hashsalt": SVG_HASH_SALT}
+    with rc_context(rc):
+        fig = _figure(size)
+        draw(fig)
+        fig.tight_layout()
+        out = io.BytesIO()
+        metadata = {"Date": None} if fmt == "svg" else {"Software": None}
+        fig.savefig(out, format=fmt, metadata=metadata)
+    return out.getvalue()
+
+
+def figure_svg(draw: Drawing, texts: Iterable[str] = (), size: tuple[float, float] = FIGSIZE) -> str:
+    """The drawing as an ``<svg>`` element to inline in HTML (no XML prolog, no DOCTYPE); text is
+    drawn as paths. ``texts``: the labels it shows, so a CJK font is chosen when one is Chinese."""
+    svg = _render(draw, texts, "svg", size).decode("utf-8")
+    svg = re.sub(r"^\s*<\?xml[^>]*\?>\s*", "", svg)
+    svg = re.sub(r"^\s*<!DOCTYPE[^>]*>\s*", "", svg)
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, count=1, flags=re.S)
+    return svg.strip()
+
+
+def figure_png(draw: Drawing, texts: Iterable[str] = (), size: tuple[float, float] = FIGSIZE) -> bytes:
+    """The drawing as PNG bytes (for the Markdown report)."""
+    return _render(draw, texts, "png", size)
+
+
+def thin_points(xs: Sequence[float], ys: Sequence[float], limit: int = MAX_LINE_POINTS) -> tuple[list, list]:
+    """At most ``limit`` evenly spaced points of a line (the last one always kept)."""
+    n = len(xs)
+    if n <= limit:
+        return list(xs), list(ys)
+    keep = sorted({round(i * (n - 1) / (limit - 1)) for i in range(limit)})
+    return [xs[i] for i in keep], [ys[i] for i in keep]
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def draw_category_bars(title: str, categories: list[str], series: dict[str, list[tuple]]) -> Drawing:
+    """Per-category accuracy bars, one colour per model (paper Figure 4). ``series``: model ->
+    one ``(accuracy, ci or None)`` per category (accuracy None: no bar); a CI draws a whisker."""
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        width = 0.8 / max(len(series), 1)
+        for m, (name, values) in enumerate(series.items()):
+            xs = [i - 0.4 + width * (m + 0.5) for i in range(len(categories))]
+            ys = [v if _finite(v) else 0.0 for v, _ in values]
+            ax.bar(xs, ys, width=width * 0.95, label=name)
+            lo = [y - ci[0] if ci else 0.0 for y, (_, ci) in zip(ys, values)]
+            hi = [ci[1] - y if ci else 0.0 for y, (_, ci) in zip(ys, values)]
+            if any(ci for _, ci in values):
+                ax.errorbar(xs, ys, yerr=[lo, hi], color="black", capsize=2, linestyle="none", linewidth=0.8)
+        ax.set_xticks(range(len(categories)))
+        ax.set_xticklabels(categories, rotation=20)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("accuracy")
+        ax.set_title(title)
+        ax.legend(fontsize="small")
+    return draw
+
+
+def draw_bon_curves(curves: dict[str, list[dict]]) -> Drawing:
+    """Best-of-n curves of every model in one plot: expected gold quality against n (log scale),
+    with the 95% CI as a band where the points carry one."""
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        for name, points in curves.items():
+            pts = [p for p in points if _finite(p.get("expected_gold"))]
+            xs = [p["n"] for p in pts]
+            ys = [p["expected_gold"] for p in pts]
+            line = ax.plot(xs, ys, marker="o", label=name)[0]
+            band = [p for p in pts if p.get("ci")]
+            if band:
+                ax.fill_between([p["n"] for p in band], [p["ci"][0] for p in band], [p["ci"][1] for p in band],
+                                color=line.get_color(), alpha=0.2, linewidth=0)
+        ax.set_xscale("log", base=2)
+        ns = sorted({p["n"] for points in curves.values() for p in points if _finite(p.get("n"))})
+        if ns:
+            ax.set_xticks(ns)
+            ax.set_xticklabels([str(n) for n in ns])
+            ax.minorticks_off()
+        ax.set_xlabel("n (responses to pick from)")
+        ax.set_ylabel("expected gold quality of the pick")
+        ax.set_title("Best-of-n")
+        ax.legend(fontsize="small")
+    return draw
+
+
+def draw_correlation_heatmap(title: str, rows: list[str], cols: list[str], values: list[list]) -> Drawing:
+    """A heat map of correlation coefficients in [-1, 1] (paper Figure 5), each cell annotated;
+    None cells are blank."""
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        grid = [[v if _finite(v) else math.nan for v in row] for row in values]
+        image = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if math.isfinite(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=9,
+                            color="white" if abs(v) > 0.6 else "black")
+        ax.set_xticks(range(len(cols)))
+        ax.set_xticklabels(cols, rotation=20)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(rows)
+        ax.set_title(title)
+        fig.colorbar(image, ax=ax)
+    return draw
+
+
+def draw_bias_length(bins: list[str], groups: dict[str, list[tuple]]) -> Drawing:
+    """Annotator length bias (paper Figure 15): P(A chosen) per length-difference bin, one line per
+    group with Wilson whiskers; ``groups``: name -> one ``(p_a or None, ci or None)`` per bin."""
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        for g, (name, values) in enumerate(groups.items()):
+            shift = (g - (len(groups) - 1) / 2) * 0.08
+            xs = [i + shift for i in range(len(bins))]
+            ys = [v if _finite(v) else math.nan for v, _ in values]
+            lo = [y - ci[0] if ci and math.isfinite(y) else 0.0 for y, (_, ci) in zip(ys, values)]
+            hi = [ci[1] - y if ci and math.isfinite(y) else 0.0 for y, (_, ci) in zip(ys, values)]
+            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=name)
+        ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(bins)))
+        ax.set_xticklabels(bins, rotation=20)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("length difference len(A) - len(B) (characters)")
+        ax.set_ylabel("P(A chosen)")
+        ax.set_title("Annotator length bias")
+        ax.legend(fontsize="small")
+    return draw
+
+
+def draw_training_curves(title: str, losses: dict[str, tuple[list, list]],
+                         evals: dict[str, tuple[list, list]]) -> Drawing:
+    """Training curves: the loss terms against the step (left) and the eval metrics at their
+    steps (right, only when there are any). Each value is ``(steps, values)``; lines are thinned
+    to `MAX_LINE_POINTS`."""
+
+    def draw(fig) -> None:
+        axes = fig.subplots(1, 2 if evals else 1, squeeze=False)[0]
+        for name, (xs, ys) in losses.items():
+            axes[0].plot(*thin_points(xs, ys), label=name, linewidth=1)
+        axes[0].set_xlabel("step")
+        axes[0].set_ylabel("loss")
+        axes[0].set_title(title)
+        axes[0].legend(fontsize="small")
+        if evals:
+            for name, (xs, ys) in evals.items():
+                axes[1].plot(*thin_points(xs, ys), marker="o", label=name)
+            axes[1].set_xlabel("step")
+            axes[1].set_title("eval")
+            axes[1].legend(fontsize="small")
+    return draw
