@@ -424,8 +424,9 @@ def _leaderboard_section(report: Report) -> Section | None:
     subsets = _union(s.data["subsets"] for s in evals)
     header = ["Model"] + [f"{name} {metric}" for name in subsets for metric in ("Acc.", "Exact")] + \
         ["Overall", "Overall 95% CI"]
-    blocks: list[Block] = ["Acc.: share of ranked pairs ordered right; Exact: share of prompts whose every pair is "
-                           "right; Overall: their mean over the subsets (paper Table 2). Click a header to sort."]
+    blocks: list[Block] = ["Acc.: share of ranked pairs the better response wins (scores strictly higher); "
+                           "Exact: share of prompts with no pair reversed (under the report's tie rule); "
+                           "Overall: their mean over the subsets (paper Table 2). Click a header to sort."]
     for scorer in ("discriminative", "generative"):
         rows = []
         for s in (s for s in evals if _scorer_type(s) == scorer):
