@@ -12,10 +12,8 @@ CHEEMS_UPDATE_SCREENSHOTS=1 the annotator page is also saved as docs/images/anno
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -26,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import CHROMIUM, require_browser
 from tests.conftest import CLI_TIMEOUT_S, REPO_ROOT, write_jsonl_rows
 
-CHROMIUM = shutil.which("chromium") or next((p for p in ("/usr/bin/chromium",) if Path(p).exists()), None)
 LAUNCH_ARGS = ["--no-sandbox", "--headless=new"]
 PASSWORDS = {"ann1": "pass-ann1-x", "ann2": "pass-ann2-y", "rev1": "pass-rev1-z", "boss": "pass-boss-w"}
 ROLES = {"ann1": "annotator", "ann2": "annotator", "rev1": "reviewer", "boss": "admin"}
@@ -80,18 +78,6 @@ SELECT_JS = """([id, target]) => {
 }"""
 
 
-def need_browser():
-    """The chromium binary and Playwright, or a skip saying which is missing."""
-    reason = None
-    if CHROMIUM is None:
-        reason = "chromium not found (apt-get install chromium)"
-    elif importlib.util.find_spec("playwright") is None:
-        reason = "playwright not installed (pip install playwright)"
-    if reason:
-        print(f"skipping the browser test: {reason}")
-        pytest.skip(reason)
-
-
 def cli(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cheems.cli", *map(str, args)], input=stdin, capture_output=True,
                           text=True, encoding="utf-8", timeout=CLI_TIMEOUT_S, cwd=REPO_ROOT)
@@ -125,7 +111,7 @@ def wait_until_up(base: str, proc: subprocess.Popen, log: Path, timeout: float =
 @pytest.fixture
 def server(tmp_path):
     """A database with four accounts and one imported prompt, served on a free loopback port."""
-    need_browser()
+    require_browser()
     db = f"sqlite:///{tmp_path / 'a.db'}"
     ok(cli("annotate", "init", "--db", db))
     for name, role in ROLES.items():
@@ -164,7 +150,7 @@ def artifacts(tmp_path) -> Path:
 
 @pytest.fixture
 def browser():
-    need_browser()
+    require_browser()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -12,19 +12,15 @@ with CHEEMS_UPDATE_SCREENSHOTS=1 it is also saved as docs/images/report.png.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 from pathlib import Path
 
-import pytest
-
 from cheems.report.page import build_report, write_report
+from tests.browser import CHROMIUM, require_browser
 from tests.conftest import REPO_ROOT, run_cli_in
 from tests.test_report_page import bon_result, compare_result, correlate_result, train_log_lines
 
-CHROMIUM = shutil.which("chromium") or next((p for p in ("/usr/bin/chromium",) if Path(p).exists()), None)
 
 NUMBERS_JS = """() => {
   function written(v, fmt) {
@@ -48,17 +44,6 @@ ROWS_JS = """(col) => {
   const table = document.querySelector('#leaderboard table.sortable');
   return [...table.tBodies[0].rows].map((r) => [r.cells[0].textContent, r.cells[col].textContent]);
 }"""
-
-
-def require_browser() -> None:
-    reason = None
-    if CHROMIUM is None:
-        reason = "no chromium binary (Debian: apt-get install chromium)"
-    elif importlib.util.find_spec("playwright") is None:
-        reason = "playwright is not installed (pip install playwright)"
-    if reason:
-        print(f"skipping the browser test: {reason}")
-        pytest.skip(reason)
 
 
 def cli(cwd: Path, *args) -> None:
