@@ -9,10 +9,12 @@ the handlers hold no state between requests, so several server processes can sha
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from fastapi import Body, Depends, FastAPI, Request
+from fastapi import Body, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -22,7 +24,7 @@ from cheems.annotate.db import User, make_engine, schema_is_current, session_fac
 from cheems.annotate.workflow import WorkflowError, WorkflowSettings
 from cheems.records import CheemsInputError
 
-__all__ = ["COOKIE", "MAX_BODY_BYTES", "create_app"]
+__all__ = ["COOKIE", "MAX_BODY_BYTES", "Work", "create_app"]
 
 COOKIE = "cheems_session"
 STATIC = Path(__file__).with_name("static")
@@ -54,39 +56,55 @@ def create_app(db_url: str, settings: WorkflowSettings = WorkflowSettings(), *, 
     if not schema_is_current(engine):
         raise CheemsInputError("the database is not initialised (or is an older schema): run "
                                "`cheems annotate init --db ...` first", field="--db")
-    sessions = session_factory(engine)
     app = FastAPI(title="cheems annotate", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
     app.state.secure_cookies = secure_cookies
+    work = Work(session_factory(engine), serialise=engine.dialect.name == "sqlite")
+    _errors(app)
+    _pages(app)
+    _session_routes(app, work)
+    _work_routes(app, work, settings)
+    return app
 
-    def db():
-        s = sessions()
-        try:
-            yield s
-        finally:
-            s.close()
 
-    def login_required(request: Request, s=Depends(db)):
+class Work:
+    """Runs one request's database work: authentication, role and CSRF checks and the work itself
+    in one session, one thread and short transactions, closed before the request returns. (A
+    transaction left open between FastAPI's dependency and endpoint calls would hold SQLite's
+    write lock while the request waits for a second worker thread; with every worker thread so
+    waiting, nothing moves.) On SQLite the work of this process is also taken in turn under one
+    lock, so concurrent writers queue here instead of sleeping in SQLite's busy handler."""
+
+    def __init__(self, sessions, *, serialise: bool):
+        self.sessions = sessions
+        self.lock = threading.Lock() if serialise else contextlib.nullcontext()
+
+    def __call__(self, request: Request, fn: Callable, *roles: str):
+        with self.lock:
+            s = self.sessions()
+            try:
+                user = self.authenticate(s, request, roles)
+                s.commit()  # the check's read ends here; the work starts its own transaction
+                result = fn(s, user)
+                s.commit()
+                return result
+            except BaseException:
+                s.rollback()
+                raise
+            finally:
+                s.close()
+
+    @staticmethod
+    def authenticate(s, request: Request, roles: tuple[str, ...]) -> User:
         found = auth.session_of(s, request.cookies.get(COOKIE))
         if found is None:
             raise WorkflowError(401, "not logged in")
         ws, user = found
         if request.method == "POST" and not auth.check_csrf(ws, request.headers.get("x-csrf-token")):
             raise WorkflowError(403, "missing or wrong X-CSRF-Token header")
+        if roles and user.role not in roles:
+            raise WorkflowError(403, f"this needs the role {' or '.join(roles)}")
         return user
-
-    def role(*allowed: str) -> Callable:
-        def check(user: User = Depends(login_required)) -> User:
-            if user.role not in allowed:
-                raise WorkflowError(403, f"this needs the role {' or '.join(allowed)}")
-            return user
-        return check
-
-    _errors(app)
-    _pages(app)
-    _session_routes(app, db, login_required)
-    _work_routes(app, db, login_required, role, settings)
-    return app
 
 
 def _errors(app: FastAPI) -> None:
@@ -130,12 +148,16 @@ def _pages(app: FastAPI) -> None:
         return {"dimensions": DIMENSIONS, "scale": SCALE}
 
 
-def _session_routes(app: FastAPI, db: Callable, login_required: Callable) -> None:
+def _session_routes(app: FastAPI, work: Work) -> None:
     @app.post("/api/login")
-    def login(response: Response, payload: Any = Body(None), s=Depends(db)):
+    def login(response: Response, payload: Any = Body(None)):
         if not isinstance(payload, dict):
             raise WorkflowError(422, "body: must be an object {username, password}", field="body")
-        found = auth.log_in(s, payload.get("username"), payload.get("password"))
+        s = work.sessions()
+        try:  # the password check runs outside any transaction and outside the SQLite lock
+            found = auth.log_in(s, payload.get("username"), payload.get("password"), lock=work.lock)
+        finally:
+            s.close()
         if found is None:
             raise WorkflowError(401, "wrong user name or password")
         token, ws, user = found
@@ -144,64 +166,68 @@ def _session_routes(app: FastAPI, db: Callable, login_required: Callable) -> Non
         return {"csrf_token": ws.csrf_token, "username": user.name, "role": user.role}
 
     @app.post("/api/logout")
-    def logout(request: Request, response: Response, user: User = Depends(login_required), s=Depends(db)):
-        auth.end_session(s, request.cookies.get(COOKIE))
+    def logout(request: Request, response: Response):
+        work(request, lambda s, user: auth.end_session(s, request.cookies.get(COOKIE)))
         response.delete_cookie(COOKIE, path="/")
         return {"ok": True}
 
     @app.get("/api/me")
-    def me(user: User = Depends(login_required)):
-        return {"username": user.name, "role": user.role, "categories": user.categories}
+    def me(request: Request):
+        return work(request, lambda s, user: {"username": user.name, "role": user.role,
+                                               "categories": user.categories})
 
 
-def _work_routes(app: FastAPI, db: Callable, login_required: Callable, role: Callable,
-                 settings: WorkflowSettings) -> None:
-    @app.get("/api/tasks/next")
-    def next_task(user: User = Depends(login_required), s=Depends(db)):
+def _work_routes(app: FastAPI, work: Work, settings: WorkflowSettings) -> None:
+    def shown(view: dict | None):
+        return Response(status_code=204) if view is None else _with_html(view)
+
+    def next_task_view(s, user):
         found = workflow.next_task(s, user, settings)
-        if found is None:
-            return Response(status_code=204)
-        task, assignment = found
-        return _with_html(workflow.task_view(s, task, assignment.shown_order))
+        return None if found is None else workflow.task_view(s, found[0], found[1].shown_order)
+
+    @app.get("/api/tasks/next")
+    def next_task(request: Request):
+        return shown(work(request, next_task_view))
 
     @app.post("/api/tasks/{task_id}/submit", status_code=201)
-    def submit(task_id: int, payload: Any = Body(None), user: User = Depends(login_required), s=Depends(db)):
-        return {"annotation_id": workflow.submit(s, user, task_id, payload, settings).id}
+    def submit(request: Request, task_id: int, payload: Any = Body(None)):
+        return work(request, lambda s, user: {"annotation_id": workflow.submit(s, user, task_id, payload,
+                                                                                settings).id})
 
     @app.get("/api/alignment/next")
-    def next_alignment(user: User = Depends(login_required), s=Depends(db)):
-        view = workflow.next_alignment(s, user)
-        return Response(status_code=204) if view is None else _with_html(view)
+    def next_alignment(request: Request):
+        return shown(work(request, lambda s, user: workflow.next_alignment(s, user)))
 
     @app.post("/api/alignment/{task_id}")
-    def align(task_id: int, payload: Any = Body(None), user: User = Depends(login_required), s=Depends(db)):
-        return {"state": workflow.align(s, user, task_id, payload, settings)}
+    def align(request: Request, task_id: int, payload: Any = Body(None)):
+        return work(request, lambda s, user: {"state": workflow.align(s, user, task_id, payload, settings)})
 
     @app.post("/api/alignment/{task_id}/escalate")
-    def escalate(task_id: int, user: User = Depends(login_required), s=Depends(db)):
-        return {"state": workflow.escalate(s, user, task_id)}
+    def escalate(request: Request, task_id: int):
+        return work(request, lambda s, user: {"state": workflow.escalate(s, user, task_id)})
 
     @app.get("/api/review/next")
-    def next_review(user: User = Depends(role("reviewer", "admin")), s=Depends(db)):
-        view = workflow.next_review(s, user, settings)
-        return Response(status_code=204) if view is None else _with_html(view)
+    def next_review(request: Request):
+        return shown(work(request, lambda s, user: workflow.next_review(s, user, settings), "reviewer", "admin"))
 
     @app.post("/api/review/{item_id}")
-    def review(item_id: int, payload: Any = Body(None), user: User = Depends(role("reviewer", "admin")),
-               s=Depends(db)):
-        if not isinstance(payload, dict):
-            raise WorkflowError(422, "body: must be an object {verdict, note}", field="body")
-        item = workflow.review(s, user, item_id, payload.get("verdict"), payload.get("note", ""), settings)
-        return {"item_id": item.id, "verdict": item.verdict}
+    def review(request: Request, item_id: int, payload: Any = Body(None)):
+        def decide(s, user):
+            if not isinstance(payload, dict):
+                raise WorkflowError(422, "body: must be an object {verdict, note}", field="body")
+            item = workflow.review(s, user, item_id, payload.get("verdict"), payload.get("note", ""), settings)
+            return {"item_id": item.id, "verdict": item.verdict}
+        return work(request, decide, "reviewer", "admin")
 
     @app.get("/api/escalations")
-    def escalations(user: User = Depends(role("admin")), s=Depends(db)):
-        return [_with_html(v) for v in workflow.escalations(s)]
+    def escalations(request: Request):
+        return [_with_html(v) for v in work(request, lambda s, user: workflow.escalations(s), "admin")]
 
     @app.post("/api/escalations/{task_id}")
-    def decide(task_id: int, payload: Any = Body(None), user: User = Depends(role("admin")), s=Depends(db)):
-        return {"annotation_id": workflow.resolve_escalation(s, user, task_id, payload).id}
+    def decide(request: Request, task_id: int, payload: Any = Body(None)):
+        return work(request, lambda s, user: {
+            "annotation_id": workflow.resolve_escalation(s, user, task_id, payload).id}, "admin")
 
     @app.get("/api/stats")
-    def stats(user: User = Depends(role("admin")), s=Depends(db)):
-        return dashboard.stats(s)
+    def stats(request: Request):
+        return work(request, lambda s, user: dashboard.stats(s), "admin")

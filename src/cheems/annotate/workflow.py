@@ -175,39 +175,58 @@ def reclaim_abandoned(session: Session, settings: WorkflowSettings, limit: int =
 
 def next_task(session: Session, user: User, settings: WorkflowSettings) -> tuple[Task, Assignment] | None:
     """The user's open assignment, or a newly claimed task: open, not theirs before, under its
-    overlap, tasks of the user's categories first, then in queue order (gold mixed in)."""
+    overlap, tasks of the user's categories first, then in queue order (gold mixed in).
+
+    The user's row is locked first (``FOR UPDATE``; SQLite's write lock does the same), so two
+    requests of one person see each other's claim and get the same task. Candidates are taken
+    ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so concurrent claimers spread over different tasks
+    instead of queueing on the first one."""
     reclaim_abandoned(session, settings)
-    mine = session.execute(select(Assignment, Task).join(Task, Task.id == Assignment.task_id).where(
-        Assignment.user_id == user.id, Assignment.submitted_at.is_(None)).order_by(Assignment.id)).first()
-    if mine is not None:
-        return mine[1], mine[0]
     had = exists().where(Assignment.task_id == Task.id, Assignment.user_id == user.id)
     order = [_expertise_first(user.categories), Task.queue_key] if user.categories else [Task.queue_key]
-    for _ in range(5):  # lost races move on to the next candidates
-        candidates = session.scalars(select(Task.id).where(
-            Task.state == "open", or_(Task.overlap == 0, Task.claimed < Task.overlap), ~had,
-        ).order_by(*order).limit(10)).all()
+    for _ in range(5):  # a lost race starts over: lock, look for the user's claim, claim
+        session.execute(select(User.id).where(User.id == user.id).with_for_update())
+        mine = session.execute(select(Assignment, Task).join(Task, Task.id == Assignment.task_id).where(
+            Assignment.user_id == user.id, Assignment.submitted_at.is_(None)).order_by(Assignment.id)).first()
+        if mine is not None:
+            session.commit()
+            return mine[1], mine[0]
+        wanted = select(Task.id).where(Task.state == "open", or_(Task.overlap == 0, Task.claimed < Task.overlap),
+                                       ~had).order_by(*order).limit(10)
+        candidates = session.scalars(wanted.with_for_update(skip_locked=True, of=Task)).all()
+        if not candidates:  # none free, or all taken by claims in flight: wait for those to tell
+            candidates = session.scalars(wanted.with_for_update(of=Task)).all()
         if not candidates:
             session.rollback()
             return None
-        for tid in candidates:
-            won = session.execute(update(Task).where(
-                Task.id == tid, Task.state == "open", or_(Task.overlap == 0, Task.claimed < Task.overlap),
-            ).values(claimed=Task.claimed + 1)).rowcount
-            if not won:
-                session.rollback()
-                continue
-            task = session.get(Task, tid)
-            order_shown = list(task.response_ids)
-            random.Random(f"{settings.seed}:{tid}:{user.id}").shuffle(order_shown)
-            assignment = Assignment(task_id=tid, user_id=user.id, shown_order=order_shown, claimed_at=now())
-            session.add(assignment)
-            try:
-                session.commit()
-            except IntegrityError:  # the same user claimed it in a parallel request
-                session.rollback()
-                continue
-            return task, assignment
+        claimed = _claim_first(session, user, candidates, settings)
+        if claimed is not None:
+            return claimed
+    return None
+
+
+def _claim_first(session: Session, user: User, candidates: list[int],
+                 settings: WorkflowSettings) -> tuple[Task, Assignment] | None:
+    """Claim the first candidate still under its overlap (an update that matches no row changes
+    nothing, so the transaction and the user's lock go on); None after a lost race."""
+    for tid in candidates:
+        won = session.execute(update(Task).where(
+            Task.id == tid, Task.state == "open", or_(Task.overlap == 0, Task.claimed < Task.overlap),
+        ).values(claimed=Task.claimed + 1)).rowcount
+        if not won:
+            continue
+        task = session.get(Task, tid)
+        order_shown = list(task.response_ids)
+        random.Random(f"{settings.seed}:{tid}:{user.id}").shuffle(order_shown)
+        assignment = Assignment(task_id=tid, user_id=user.id, shown_order=order_shown, claimed_at=now())
+        session.add(assignment)
+        try:
+            session.commit()
+        except IntegrityError:  # claimed by this user in a parallel request after all
+            session.rollback()
+            return None
+        return task, assignment
+    session.rollback()
     return None
 
 
