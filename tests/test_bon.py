@@ -83,3 +83,29 @@ def test_bon_from_the_command_line_with_the_human_ranking_as_gold(tmp_path, samp
     assert np.isclose(curve[5]["expected_gold"], want)
     bad = run_cli_in(tmp_path, "bon", "bench.jsonl", "--scores", "length.jsonl", "--gold", "gold.jsonl", "-n", "0")
     assert bad.returncode == 2 and "-n" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_best_of_n_pick_judged_against_a_baseline_in_both_orders(tmp_path):
+    from cheems.report.bon import judged_win_rate
+    from cheems.scoring.bench_judge import JudgeConfig
+    from tests.openai_server import JudgeServer, first_judge, quality, smart_judge
+
+    prompts = [Prompt(f"p{i}", f"第{i}题：介绍一种水果。",
+                      [Response("base", "香蕉是黄色的。" + quality(3))]
+                      + [Response(f"c{k}", f"候选{k}：苹果。" + quality(k)) for k in (1, 2, 4, 5)],
+                      category=["知识"]) for i in range(6)]
+    good = {(p.id, r.id): float(k) for p in prompts for k, r in enumerate(p.responses)}  # c5 scores highest
+    bad = {key: -v for key, v in good.items()}  # picks c1, worse than the baseline
+    with JudgeServer(smart_judge) as server:
+        config = JudgeConfig(model="fake-judge", api_base=server.base_url, api_key="test",
+                             cache_path=tmp_path / "judge.sqlite")
+        win = judged_win_rate(prompts, good, "base", config, n_bootstrap=100)
+        lose = judged_win_rate(prompts, bad, "base", config, n_bootstrap=100)
+        assert server.requests == 2 * 2 * len(prompts)  # both orders, both picks
+        again = judged_win_rate(prompts, good, "base", config, n_bootstrap=100)
+        assert server.requests == 2 * 2 * len(prompts) and again["cached"] == 2 * len(prompts)  # from the cache
+    assert win["win_rate"] == 1.0 and lose["win_rate"] == 0.0 and win["position_consistency"] == 1.0
+    with JudgeServer(first_judge) as server:  # pure position bias: one win and one loss per prompt
+        config = JudgeConfig(model="first", api_base=server.base_url, api_key="test", cache_path=tmp_path / "f.sqlite")
+        biased = judged_win_rate(prompts, good, "base", config, n_bootstrap=0)
+    assert biased["win_rate"] == 0.5 and biased["first_position_rate"] == 1.0 and biased["position_consistency"] == 0

@@ -55,30 +55,57 @@ def _ns(text: str) -> list[int]:
 
 @reports_input_errors
 def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N candidate responses each."),
-        gold: Path = typer.Option(..., "--gold", help="SCORES-shaped rows {prompt_id, response_id, score}: each "
-                                  "response's true quality (a number, or +1/-1 win/loss against a baseline)."),
+        gold: Optional[Path] = typer.Option(None, "--gold", help="SCORES-shaped rows {prompt_id, response_id, "
+                                            "score}: each response's true quality (a number, or +1/-1 win/loss "
+                                            "against a baseline)."),
         scores: Optional[Path] = typer.Option(None, "--scores", help="The reward model's SCORES file."),
         model: Optional[Path] = typer.Option(None, "--model", help="Or: a reward model folder to score with."),
         n: str = typer.Option("1,2,4,8,16,32", "-n", help="Comma-separated n of best-of-n."),
+        judge: Optional[str] = typer.Option(None, "--judge", help="Also judge the best-of-N pick against "
+                                            "--baseline with this chat model, in both orders."),
+        baseline: Optional[str] = typer.Option(None, "--baseline", help="With --judge: the id of the baseline "
+                                               "response in every prompt."),
+        api_base: Optional[str] = typer.Option(None, "--api-base", help="With --judge: OpenAI-compatible base URL."),
+        api_key: Optional[str] = typer.Option(None, "--api-key", help="With --judge: API key."),
+        concurrency: Optional[int] = typer.Option(None, help="With --judge: requests in flight at once."),
+        cache: Optional[Path] = typer.Option(None, "--cache", help="With --judge: SQLite reply cache."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the curve as JSON."),
         bootstrap: int = typer.Option(1000, help="Bootstrap resamples over prompts for the 95% CI."),
         seed: int = typer.Option(0, help="Seed of the bootstrap."),
         skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing.")):
     """Best-of-n (paper §6.2): the expected gold quality of the reward model's pick among n of the
-    N candidates, exact over all n-subsets, per category and overall with bootstrap CIs."""
+    N candidates, exact over all n-subsets, per category and overall with bootstrap CIs; and/or
+    the judged win rate of its best-of-N pick against a baseline response."""
+    from cheems.cli.console import given
     from cheems.io import check_outputs, write_json
     from cheems.report.bon import best_of_n_files
+    from cheems.scoring.bench_judge import JudgeConfig
 
-    check_outputs([json_out], [*candidates, gold, scores])
+    check_outputs([json_out], [*candidates, gold, scores, cache])
     ns = _ns(n)
-    with progress("scoring") if model else contextlib.nullcontext(None) as bar:
-        report, errors = best_of_n_files([str(c) for c in candidates], str(gold), ns,
+    judge_config = None
+    if judge is not None:
+        judge_config = JudgeConfig(model=judge, api_base=api_base, api_key=api_key, seed=seed, cache_path=cache,
+                                   **given(concurrency=concurrency))
+    with progress("scoring / judging") if model or judge else contextlib.nullcontext(None) as bar:
+        report, errors = best_of_n_files([str(c) for c in candidates], str(gold) if gold else None, ns,
                                          scores=str(scores) if scores else None, model=str(model) if model else None,
-                                         n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
-                                         notify=err.print)
+                                         judge=judge_config, baseline=baseline, n_bootstrap=bootstrap, seed=seed,
+                                         skip_invalid=skip_invalid, progress=bar, notify=err.print)
     print_skipped(errors)
     if json_out:
         write_json(json_out, report)
+    if "curve" in report:
+        _print_curve(report)
+    if "judged" in report:
+        j = report["judged"]
+        ci = f" [{j['ci'][0]:.4f}, {j['ci'][1]:.4f}]" if j["ci"] else ""
+        out.print(f"best-of-N pick vs {j['baseline']}, judged by {j['judge']} in both orders: win rate "
+                  f"{fmt(j['win_rate'])}{ci} over {j['scored_prompts']} prompts; position consistency "
+                  f"{fmt(j['position_consistency'])}, first-position rate {fmt(j['first_position_rate'])}")
+
+
+def _print_curve(report: dict) -> None:
     table = Table(title=f"Best-of-n: {report['model']} ({report['prompts']} prompts)")
     for col in ("n", "prompts", "expected gold", "95% CI") + (("win rate",) if report["gold_is_win_loss"] else ()):
         table.add_column(col, justify="right")
@@ -89,9 +116,9 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
             row.append(fmt(p.get("win_rate")))
         table.add_row(*row)
     out.print(table)
-    short = [p for p in report["curve"] if p["left_out"]]
-    for p in short:
-        err.print(f"n={p['n']}: {p['left_out']} prompt(s) have fewer than {p['n']} candidates and are left out")
+    for p in report["curve"]:
+        if p["left_out"]:
+            err.print(f"n={p['n']}: {p['left_out']} prompt(s) have fewer than {p['n']} candidates and are left out")
 
 
 @reports_input_errors

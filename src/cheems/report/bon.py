@@ -22,7 +22,7 @@ import numpy as np
 
 from cheems.records import CheemsInputError, Prompt
 
-__all__ = ["best_of_n_curve", "best_of_n_files", "expected_best_of_n", "pick_weights"]
+__all__ = ["best_of_n_curve", "best_of_n_files", "expected_best_of_n", "judged_win_rate", "pick_weights"]
 
 
 def pick_weights(n_candidates: int, n: int) -> np.ndarray:
@@ -102,24 +102,30 @@ def _point(n: int, e: np.ndarray, left_out: int, rng: np.random.Generator, n_boo
     return point
 
 
-def best_of_n_files(candidates: Sequence[str], gold: str, ns: Sequence[int], *, scores: str | None = None,
-                    model: str | None = None, model_settings=None, n_bootstrap: int = 1000, seed: int = 0,
-                    fmt: str | None = None, skip_invalid: bool = False, progress=None,
-                    notify=None) -> tuple[dict, list]:
+def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[int], *, scores: str | None = None,
+                    model: str | None = None, model_settings=None, judge=None, baseline: str | None = None,
+                    n_bootstrap: int = 1000, seed: int = 0, fmt: str | None = None, skip_invalid: bool = False,
+                    progress=None, notify=None) -> tuple[dict, list]:
     """The best-of-n report of one reward model (``scores`` file or ``model`` folder) on candidate
-    files against a GOLD scores file; returns ``(report, skipped row errors)``."""
+    files: the curve against a GOLD scores file, and/or (with ``judge``, a JudgeConfig, and
+    ``baseline``, a response id) the judged win rate of its best-of-N pick
+    (:func:`judged_win_rate`). Returns ``(report, skipped row errors)``."""
     from pathlib import Path
 
     from cheems.formats import read_many, read_scores
 
     if (scores is None) == (model is None):
         raise CheemsInputError("give exactly one of --scores FILE or --model DIR")
+    if gold is None and judge is None:
+        raise CheemsInputError("give --gold FILE, or --judge MODEL with --baseline ID, or both")
+    if judge is not None and not baseline:
+        raise CheemsInputError("--judge needs --baseline: the id of the response to play against", field="--baseline")
     if not ns or any(not isinstance(n, int) or n < 1 for n in ns):
         raise CheemsInputError(f"n must be positive integers, got {list(ns)}", field="-n")
     res = read_many(candidates, skip_invalid=skip_invalid, fmt=fmt)
     if not res.prompts:
         raise CheemsInputError("no valid prompts with candidates")
-    gold_map = _read(read_scores, gold)
+    gold_map = _read(read_scores, gold) if gold is not None else None
     if scores is not None:
         rewards, name = _read(read_scores, scores), Path(scores).stem
     else:
@@ -127,8 +133,17 @@ def best_of_n_files(candidates: Sequence[str], gold: str, ns: Sequence[int], *, 
 
         rewards, _ = model_scores(model, model_settings or ModelSettings(), res.prompts, progress, notify)
         name = Path(model).name
-    report = best_of_n_curve(res.prompts, rewards, gold_map, ns, n_bootstrap=n_bootstrap, seed=seed)
-    report.update(kind="bon", model=name, gold=Path(gold).name)
+    report = {"kind": "bon", "model": name, "prompts": len(res.prompts)}
+    if gold_map is not None:
+        report.update(best_of_n_curve(res.prompts, rewards, gold_map, ns, n_bootstrap=n_bootstrap, seed=seed))
+        report["gold"] = Path(gold).name
+    if judge is not None:
+        missing = next(((p.id, r.id) for p in res.prompts for r in p.responses if (p.id, r.id) not in rewards), None)
+        if missing is not None:
+            raise CheemsInputError(f"no reward for response {missing[1]!r} of prompt {missing[0]!r}",
+                                   field="response_id")
+        report["judged"] = judged_win_rate(res.prompts, rewards, baseline, judge, n_bootstrap=n_bootstrap, seed=seed,
+                                           progress=progress)
     return report, res.errors
 
 
@@ -137,3 +152,43 @@ def _read(reader, path: str) -> dict:
         return reader(path)
     except CheemsInputError as e:
         raise e.located(file=str(path)) from None
+
+
+def judged_win_rate(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str], float], baseline: str, config, *,
+                    n_bootstrap: int = 1000, seed: int = 0, progress=None, generate=None) -> dict:
+    """The win rate of the reward model's best-of-N pick against a baseline response (the
+    response with id ``baseline`` in every prompt), judged by an LLM in both presentation orders
+    through the judge runner (`cheems.scoring.bench_judge.run_judgements`: reply cache, retries,
+    bounded concurrency): per prompt a win counts 1, a tie (C) 1/2, a loss 0, averaged over the
+    orders with a verdict; prompts without any verdict are counted, not scored. The pick is the
+    highest-reward response other than the baseline (the first in row order among equals).
+    With a bootstrap CI over prompts, the first-position rate and the position consistency."""
+    import asyncio
+
+    from cheems.scoring.bench_judge import ORDERS, Judgement, first_position_rate, run_judgements
+
+    plan = []
+    for i, p in enumerate(prompts):
+        others = [r.id for r in p.responses if r.id != baseline]
+        if baseline not in p.response_ids() or not others:
+            raise CheemsInputError(f"prompt {p.id!r} has no response {baseline!r} and another one to compare",
+                                   field="--baseline")
+        pick = max(others, key=lambda rid: rewards[(p.id, rid)])
+        plan.extend(Judgement(i, pick, baseline, pick, order) for order in ORDERS)
+    stats = asyncio.run(run_judgements(list(prompts), plan, config, progress))
+    per_prompt: dict[int, list[float]] = defaultdict(list)
+    for j in plan:
+        if j.choice is not None:
+            per_prompt[j.prompt_index].append(1.0 if j.choice == j.first else 0.5 if j.choice == "tie" else 0.0)
+    wins = np.array([np.mean(v) for _, v in sorted(per_prompt.items())])
+    both = [(a, b) for a, b in zip(plan[::2], plan[1::2]) if a.choice is not None and b.choice is not None]
+    out = {"judge": config.model, "baseline": baseline, "prompts": len(prompts), "scored_prompts": int(len(wins)),
+           "win_rate": float(wins.mean()) if len(wins) else None, "ci": None,
+           "position_consistency": sum(a.choice == b.choice for a, b in both) / len(both) if both else None,
+           "first_position_rate": first_position_rate(plan), "requests": stats["requests"], "cached": stats["cached"],
+           "errors": sum(j.error is not None for j in plan),
+           "unparseable": sum(j.verdict is None and j.error is None for j in plan)}
+    if len(wins) and n_bootstrap > 0:
+        means = wins[np.random.default_rng(seed).integers(0, len(wins), size=(n_bootstrap, len(wins)))].mean(axis=1)
+        out["ci"] = [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))]
+    return out
