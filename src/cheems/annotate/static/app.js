@@ -204,18 +204,24 @@ function scaleEntry(score) {
 
 // ------------------------------------------------------------------ the annotation form
 
-async function loadTask() {
-  const r = await api('GET', '/api/tasks/next');
+// GET one queue's next item: 204 shows `empty` (with a retry), an error says `failure`, else render it.
+async function loadNext(path, tab, empty, failure, reload, render) {
+  const r = await api('GET', path);
   if (r.status === 401) return;
   if (r.status === 204) {
-    showEmpty('没有待标注的任务了，辛苦了！如有需要对齐的任务，请到“对齐”页查看。',
-      loadTask);
-    markTab('nav-task');
+    showEmpty(empty, reload);
+    markTab(tab);
     return;
   }
-  if (!r.ok) return serverError('获取任务失败', r);
-  renderForm(r.data, 'task', null);
-  markTab('nav-task');
+  if (!r.ok) return serverError(failure, r);
+  render(r.data);
+  markTab(tab);
+}
+
+async function loadTask() {
+  return loadNext('/api/tasks/next', 'nav-task',
+    '没有待标注的任务了，辛苦了！如有需要对齐的任务，请到“对齐”页查看。', '获取任务失败', loadTask,
+    (data) => renderForm(data, 'task', null));
 }
 
 function renderForm(task, mode, prefill) {
@@ -640,17 +646,8 @@ async function escalate() {
 // ------------------------------------------------------------------ alignment and escalation
 
 async function loadAlignment() {
-  const r = await api('GET', '/api/alignment/next');
-  if (r.status === 401) return;
-  if (r.status === 204) {
-    showEmpty('没有需要对齐的任务。', loadAlignment);
-    markTab('nav-alignment');
-    return;
-  }
-  if (!r.ok) return serverError('获取对齐任务失败', r);
-  renderForm(r.data, 'alignment', r.data.mine);
-  renderAlignPanel(r.data);
-  markTab('nav-alignment');
+  return loadNext('/api/alignment/next', 'nav-alignment', '没有需要对齐的任务。', '获取对齐任务失败', loadAlignment,
+    (data) => { renderForm(data, 'alignment', data.mine); renderAlignPanel(data); });
 }
 
 function applyPrefill(a) {
@@ -727,16 +724,7 @@ async function loadEscalations() {
 // ------------------------------------------------------------------ review
 
 async function loadReview() {
-  const r = await api('GET', '/api/review/next');
-  if (r.status === 401) return;
-  if (r.status === 204) {
-    showEmpty('没有待审核的内容。', loadReview);
-    markTab('nav-review');
-    return;
-  }
-  if (!r.ok) return serverError('获取审核内容失败', r);
-  renderReview(r.data);
-  markTab('nav-review');
+  return loadNext('/api/review/next', 'nav-review', '没有待审核的内容。', '获取审核内容失败', loadReview, renderReview);
 }
 
 function renderReview(item) {
