@@ -27,7 +27,7 @@ from cheems.records import CheemsInputError, Prompt, preference_pairs, ranked_pa
 
 __all__ = ["TIES", "Outcomes", "PairScores", "benchmark_fingerprint", "calibration_error", "check_ties",
            "dataset_stats", "evaluate", "evaluate_outcomes", "exact_matches", "kendall_taus", "length_diagnostic",
-           "pair_scores", "prompt_items",
+           "pair_scores", "prompt_items", "quantile_interval",
            "prompt_outcomes"]
 
 TIES = ("official", "strict")  # the Exact Match tie rules, the default first
@@ -308,13 +308,13 @@ def evaluate_outcomes(prompts: list[Prompt], out: Outcomes, *, n_bootstrap: int 
     report["overall"] = float(np.mean(scored)) if scored else None
     if boot_scores:
         overall_b = np.mean(np.vstack(boot_scores), axis=0)
-        report["overall_ci"] = _interval(overall_b, confidence)
+        report["overall_ci"] = quantile_interval(overall_b, confidence)
     else:
         report["overall_ci"] = None
     return report
 
 
-def _interval(values: np.ndarray, confidence: float) -> list[float]:
+def quantile_interval(values, confidence: float = 0.95) -> list[float]:
     """The central ``confidence`` quantile interval of bootstrap values."""
     lo_q, hi_q = (1 - confidence) / 2, 1 - (1 - confidence) / 2
     return [float(np.quantile(values, lo_q)), float(np.quantile(values, hi_q))]
@@ -343,8 +343,9 @@ def _subset_report(prompts: list[Prompt], out: Outcomes, exact: np.ndarray, idx:
         bacc, bem, _, _ = _macro(nc, nk, ex, cat, len(cats), w.astype(float))
         bscore = (bacc + bem) / 2
         entry["ci"] = {"confidence": confidence, "n_bootstrap": n_bootstrap, "seed": seed,
-                       "accuracy": _interval(bacc, confidence), "exact_match": _interval(bem, confidence),
-                       "score": _interval(bscore, confidence)}
+                       "accuracy": quantile_interval(bacc, confidence),
+                       "exact_match": quantile_interval(bem, confidence),
+                       "score": quantile_interval(bscore, confidence)}
     nt = out.n_tied[idx]
     entry["categories"] = {
         c: {"accuracy": float(acc_cat[0, k]), "exact_match": float(em_cat[0, k]),

@@ -20,6 +20,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from cheems.metrics import quantile_interval
 from cheems.records import CheemsInputError, Prompt
 
 __all__ = ["best_of_n_curve", "best_of_n_files", "expected_best_of_n", "judged_win_rate", "pick_weights"]
@@ -95,8 +96,7 @@ def _point(n: int, e: np.ndarray, left_out: int, rng: np.random.Generator, n_boo
              "expected_gold": float(e.mean()) if len(e) else None, "ci": None}
     if len(e) and n_bootstrap > 0:
         means = e[rng.integers(0, len(e), size=(n_bootstrap, len(e)))].mean(axis=1)
-        tail = (1 - confidence) / 2
-        point["ci"] = [float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))]
+        point["ci"] = quantile_interval(means, confidence)
     if wins and len(e):
         point["win_rate"] = (point["expected_gold"] + 1) / 2
     return point
@@ -190,5 +190,5 @@ def judged_win_rate(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str],
            "unparseable": sum(j.verdict is None and j.error is None for j in plan)}
     if len(wins) and n_bootstrap > 0:
         means = wins[np.random.default_rng(seed).integers(0, len(wins), size=(n_bootstrap, len(wins)))].mean(axis=1)
-        out["ci"] = [float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))]
+        out["ci"] = quantile_interval(means)
     return out

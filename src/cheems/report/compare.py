@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from cheems.metrics import Outcomes, exact_matches
+from cheems.metrics import Outcomes, exact_matches, quantile_interval
 from cheems.records import CheemsInputError
 
 __all__ = ["compare_reports", "holm", "mcnemar_exact", "paired_bootstrap"]
@@ -91,10 +91,9 @@ def paired_bootstrap(items_a: list[dict], items_b: list[dict], *, ties: str = "o
 def _difference(a: np.ndarray, b: np.ndarray, confidence: float) -> dict:
     """Row 0 is the point estimate, the rest resamples."""
     diff = b[1:] - a[1:]
-    tail = (1 - confidence) / 2
     p = float(min(1.0, 2 * min((diff <= 0).mean(), (diff >= 0).mean()))) if len(diff) else None
     return {"a": float(a[0]), "b": float(b[0]), "difference": float(b[0] - a[0]),
-            "ci": [float(np.quantile(diff, tail)), float(np.quantile(diff, 1 - tail))] if len(diff) else None,
+            "ci": quantile_interval(diff, confidence) if len(diff) else None,
             "p_value": p}
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as st
 
+from cheems.metrics import quantile_interval
 from cheems.records import CheemsInputError
 
 __all__ = ["benchmark_metrics", "correlate"]
@@ -56,7 +57,6 @@ def correlate(reports: dict[str, list[dict]], downstream: dict[str, dict[str, fl
     bench_names = sorted({k for m in models for k in bench[m]})
     down_names = sorted({k for m in models for k in downstream[m]})
     rng = np.random.default_rng(seed)
-    tail = (1 - confidence) / 2
     table: dict = {}
     for b in bench_names:
         for d in down_names:
@@ -69,8 +69,7 @@ def correlate(reports: dict[str, list[dict]], downstream: dict[str, dict[str, fl
                 boot = [_r(method, x[idx], y[idx]) for idx in resamples]
                 boot = [v for v in boot if v is not None]
                 cell[method] = {"r": _r(method, x, y),
-                                "ci": [float(np.quantile(boot, tail)), float(np.quantile(boot, 1 - tail))]
-                                if boot else None}
+                                "ci": quantile_interval(boot, confidence) if boot else None}
             table.setdefault(b, {})[d] = cell
     return {"kind": "correlate", "models": models, "left_out": sorted(set(reports) ^ set(downstream)),
             "benchmark_metrics": bench_names, "downstream_metrics": down_names, "correlations": table,
