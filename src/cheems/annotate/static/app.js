@@ -123,7 +123,8 @@ function showEmpty(text, reload) {
   $('reload').onclick = reload;
 }
 
-function sessionExpired() {
+// Forget the session on this page and show the login form with `message`.
+function signedOut(message, kind) {
   S.csrf = '';
   sessionStorage.removeItem(CSRF_KEY);
   S.me = null;
@@ -131,7 +132,11 @@ function sessionExpired() {
   $('logout').hidden = true;
   $('whoami').textContent = '';
   showView('login-view');
-  showMessage('登录已失效，请重新登录', 'error');
+  showMessage(message, kind);
+}
+
+function sessionExpired() {
+  signedOut('登录已失效，请重新登录', 'error');
 }
 
 async function login(event) {
@@ -148,14 +153,7 @@ async function login(event) {
 
 async function logout() {
   await api('POST', '/api/logout', {});
-  S.csrf = '';
-  sessionStorage.removeItem(CSRF_KEY);
-  S.me = null;
-  $('nav').hidden = true;
-  $('logout').hidden = true;
-  $('whoami').textContent = '';
-  showView('login-view');
-  showMessage('已退出', 'info');
+  signedOut('已退出', 'info');
 }
 
 const ROLE_TEXT = { annotator: '标注员', reviewer: '审核员', admin: '管理员' };
