@@ -1,128 +1,138 @@
-"""Batched reward-model scoring vs one sequence at a time (the official evaluator's way).
-
-Both run through the same loaded model in one process on the same sequences; batching sorts
-by length and packs right-padded batches under a token budget.
+"""Reward-model scoring throughput: right-padded batches, packed rows, and packed rows with each
+prompt's shared prefix laid down once, on the same model and conversations in one run; tokens/s,
+padding share, MFU (see mfu.py for the FLOP count) and the largest score difference to the
+padded run. Optionally one sequence at a time (the official evaluator's way) too.
 
 Usage:
-  python benchmarks/bench_scoring.py                       # CPU, tiny and small models
-  python benchmarks/bench_scoring.py --device cuda --shape qwen2.5-0.5b --sequences 1024
-Prints real tokens/s for each way, the padding share and the ratio; scores are compared too.
+  python benchmarks/bench_scoring.py                                  # CPU, tiny model, 400 prompts
+  python benchmarks/bench_scoring.py --cheemsbench                    # 2,492 prompts x 5 responses
+  python benchmarks/bench_scoring.py --device cuda --shape qwen2.5-0.5b --cheemsbench
+  python benchmarks/bench_scoring.py --device cuda --shape qwen2.5-7b --cheemsbench --modes shared
+The conversations: prompts drawn from the bundled sample, each with --responses responses of
+about --chars Chinese characters cut from the sample's responses. tokens/s counts every
+conversation's tokens whole (what the scores cover), timed end to end through
+`score_prompts` (encoding included); MFU is on those tokens, so sharing a prefix counts the
+tokens it saves as done.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-SHAPES = {
-    # hidden, layers, heads, kv heads, intermediate, vocab
-    "tiny": (64, 2, 4, 2, 128, None),
-    "small": (256, 4, 8, 2, 704, None),
-    "qwen2.5-0.5b": (896, 24, 14, 2, 4864, 151936),
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mfu import SHAPES, build, device_peak, flops_formula, mean_context, mfu  # noqa: E402
+
+MODES = {"padded": dict(packing=False), "packed": dict(packing=True, share_prefix=False),
+         "shared": dict(packing=True, share_prefix=True)}
 
 
-def build(folder: Path, shape: str, texts: list[str], device: str) -> Path:
-    import torch
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+def benchmark_prompts(sample, n_prompts: int, n_responses: int, chars: int, seed: int = 0):
+    """``n_prompts`` prompts of the sample (repeated with new ids), each with ``n_responses``
+    responses of about ``chars`` characters stitched from the sample's responses."""
+    from cheems.records import Prompt, Response
 
-    from cheems.training.init_model import train_tokenizer
-
-    tok = train_tokenizer(texts, vocab_size=3000)
-    hidden, layers, heads, kv, inter, vocab = SHAPES[shape]
-    config = Qwen2Config(vocab_size=vocab or len(tok), hidden_size=hidden, num_hidden_layers=layers,
-                         num_attention_heads=heads, num_key_value_heads=kv, intermediate_size=inter,
-                         max_position_embeddings=8192, num_labels=1, pad_token_id=tok.pad_token_id,
-                         tie_word_embeddings=False, architectures=["Qwen2ForSequenceClassification"])
-    torch.manual_seed(0)
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    with torch.device(device):
-        model = Qwen2ForSequenceClassification(config).to(dtype)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
-
-
-def sequences(prompts, n: int, seed: int = 0) -> list[tuple]:
-    """n (prompt, response) items of varied length: sample responses repeated 1-8 times."""
     rng = random.Random(seed)
-    pool = [(p.prompt, r.content) for p in prompts for r in p.responses]
-    return [(prompt, "\n".join([text] * rng.randint(1, 8))) for prompt, text in
-            (rng.choice(pool) for _ in range(n))]
+    pool = "".join(r.content for p in sample for r in p.responses)
+    out = []
+    for i in range(n_prompts):
+        base = rng.choice(sample)
+        responses = []
+        for k in range(n_responses):
+            length = max(20, int(rng.gauss(chars, chars / 4)))
+            start = rng.randrange(0, len(pool) - length)
+            responses.append(Response(id=f"r{k}", content=pool[start:start + length]))
+        out.append(Prompt(id=f"{base.id}-{i}", prompt=base.prompt, responses=responses))
+    return out
 
 
-def timed(fn, device: str) -> float:
+def timed(fn, device: str):
     import torch
 
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     t = time.perf_counter()
-    fn()
+    result = fn()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    return time.perf_counter() - t
-
-
-def run(shape: str, device: str, n: int, budgets: list[int], max_batch: int, prompts) -> None:
-    from cheems.models.sequences import plan_batches
-    from cheems.scoring.transformers_rm import load_reward_model
-
-    texts = [p.prompt_text for p in prompts] + [r.content for p in prompts for r in p.responses]
-    with tempfile.TemporaryDirectory() as d:
-        folder = build(Path(d), shape, texts, device)
-        rm = load_reward_model(folder, device=device, max_length=4096)
-    items = sequences(prompts, n)
-    encoded = [rm.encode(p, r) for p, r in items]
-    tokens = sum(map(len, encoded))
-    print(f"\n== {shape} on {device}: {n} sequences, {tokens:,} tokens "
-          f"(mean {tokens / n:.0f}, max {max(map(len, encoded))}), dtype {rm.model.dtype}")
-
-    rm.score_ids(encoded[:2])  # warm-up
-    alone: list[float] = []
-    t_alone = timed(lambda: alone.extend(rm.score_ids([ids])[0] for ids in encoded), device)
-    print(f"one at a time: {t_alone:7.2f} s  {tokens / t_alone:10,.0f} tokens/s")
-    best = None
-    for budget in budgets:
-        plan = plan_batches([len(x) for x in encoded], token_budget=budget, max_batch_size=max_batch)
-        padded = sum(max(len(encoded[i]) for i in b) * len(b) for b in plan)
-        scores = [0.0] * n
-
-        def batched():
-            for b in plan:
-                for i, s in zip(b, rm.score_ids([encoded[i] for i in b])):
-                    scores[i] = s
-
-        batched()  # warm-up (kernel selection for new shapes)
-        t = timed(batched, device)
-        diff = max(abs(a - b) for a, b in zip(alone, scores))
-        print(f"batched, budget {budget:6d}: {t:7.2f} s  {tokens / t:10,.0f} tokens/s  "
-              f"x{t_alone / t:5.2f}  {len(plan)} batches, padding {1 - tokens / padded:5.1%}, "
-              f"max |score diff| {diff:.1e}")
-        if best is None or t < best[1]:
-            best = (budget, t)
-    print(f"best: budget {best[0]} -> {t_alone / best[1]:.2f}x one-at-a-time")
+    return result, time.perf_counter() - t
 
 
 def main() -> None:
     from cheems.formats import read_prompts
+    from cheems.models.packing import packed_cost
+    from cheems.scoring.transformers_rm import load_reward_model, score_prompts
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--shape", action="append", choices=list(SHAPES))
-    ap.add_argument("--sequences", type=int, default=256)
-    ap.add_argument("--budget", type=int, action="append")
-    ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--shape", default=None, choices=list(SHAPES))
+    ap.add_argument("--prompts", type=int, default=400)
+    ap.add_argument("--cheemsbench", action="store_true", help="2,492 prompts x 5 responses of ~450 characters")
+    ap.add_argument("--responses", type=int, default=5)
+    ap.add_argument("--chars", type=int, default=450)
+    ap.add_argument("--token-budget", type=int, default=None)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--modes", default="padded,packed,shared")
+    ap.add_argument("--alone", type=int, default=0, help="also score the first N one at a time")
     args = ap.parse_args()
-    sample = Path(__file__).resolve().parents[1] / "src/cheems/data/sample/annotations"
-    prompts = read_prompts(sample / "open.jsonl").prompts + read_prompts(sample / "human.jsonl").prompts
-    shapes = args.shape or (["qwen2.5-0.5b"] if args.device.startswith("cuda") else ["tiny", "small"])
-    budgets = args.budget or ([8192, 16384, 32768, 65536] if args.device.startswith("cuda")
-                              else [2048, 4096, 8192, 16384])
-    for shape in shapes:
-        run(shape, args.device, args.sequences, budgets, args.max_batch, prompts)
+    if args.cheemsbench:
+        args.prompts, args.responses, args.chars = 2492, 5, 450
+    shape = args.shape or ("qwen2.5-0.5b" if args.device.startswith("cuda") else "tiny")
+    annotations = Path(__file__).resolve().parents[1] / "src/cheems/data/sample/annotations"
+    sample = read_prompts(annotations / "open.jsonl").prompts + read_prompts(annotations / "human.jsonl").prompts
+    prompts = benchmark_prompts(sample, args.prompts, args.responses, args.chars)
+    peak, peak_text = device_peak(args.device)
+    with tempfile.TemporaryDirectory() as d:
+        texts = [p.prompt_text for p in sample] + [r.content for p in sample for r in p.responses]
+        folder = build(Path(d) / "model", shape, texts, args.device)
+        models = {mode: load_reward_model(folder, device=args.device, max_length=4096, **MODES[mode])
+                  for mode in args.modes.split(",")}
+    any_rm = next(iter(models.values()))
+    encoded = [[any_rm.encode(p.prompt, r.content) for r in p.responses] for p in prompts]
+    lengths = [len(s) for seqs in encoded for s in seqs]
+    tokens = sum(lengths)
+    shared_tokens = sum(packed_cost(seqs, True) for seqs in encoded)
+    context = mean_context(lengths)
+    budget = any_rm.token_budget(args.token_budget)
+    print(f"{shape} on {args.device} ({any_rm.model.dtype}): {len(prompts):,} prompts, {len(lengths):,} "
+          f"conversations, {tokens:,} tokens (mean {tokens / len(lengths):,.0f}); a shared prefix leaves "
+          f"{shared_tokens:,} ({1 - shared_tokens / tokens:.1%} fewer); token budget {budget}, batch size "
+          f"{args.batch_size}")
+    print(f"FLOPs: {flops_formula(shape, context, 1)}; peak: {peak_text}")
+    reference, results = None, {}
+    for mode, rm in models.items():
+        score_prompts(rm, prompts[:4], token_budget=args.token_budget, batch_size=args.batch_size)  # warm-up
+        rows, wall = timed(lambda: [x for b in score_prompts(rm, prompts, token_budget=args.token_budget,
+                                                             batch_size=args.batch_size) for x in b], args.device)
+        scores = {(pid, rid): s for pid, rid, s in rows}
+        reference = reference or scores
+        diff = max(abs(scores[k] - reference[k]) for k in reference)
+        padding = _padding_share(lengths, budget, args.batch_size) if mode == "padded" else 0.0
+        results[mode] = tokens / wall
+        print(f"{mode:>7}: {wall:8.2f} s  {tokens / wall:12,.0f} tokens/s  padding {padding:6.1%}  "
+              f"MFU {mfu(shape, context, 1, tokens / wall, peak):6.2%}  max |score diff| {diff:.1e}")
+    if args.alone:
+        rm = next(iter(models.values()))
+        seqs = [s for ss in encoded for s in ss][:args.alone]
+        _, wall = timed(lambda: [rm.score_ids([s]) for s in seqs], args.device)
+        n = sum(map(len, seqs))
+        results["alone"] = n / wall
+        print(f"  alone: {wall:8.2f} s  {n / wall:12,.0f} tokens/s  (first {len(seqs)} conversations)")
+    base = results.get("padded")
+    if base:
+        print("vs padded: " + ", ".join(f"{m} {v / base:.2f}x" for m, v in results.items() if m != "padded"))
+
+
+def _padding_share(lengths, budget: int, batch_size: int) -> float:
+    from cheems.models.sequences import plan_batches
+
+    plan = plan_batches(lengths, token_budget=budget, max_batch_size=batch_size)
+    return 1 - sum(lengths) / sum(max(lengths[i] for i in b) * len(b) for b in plan)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 
 With n processes a micro batch of m sequences per process plans the same forward batches as
 one process with n x m, and the rewards are gathered across processes, so DDP and DeepSpeed
-ZeRO-2/3 must end where one process ends (fp32 on CPU: up to summation order).
+ZeRO-2/3 must end where one process ends (fp32 on CPU: up to summation order). The launched
+runs pack each process's sequences into one row (the default); the one-process reference pads
+them (--no-packing), so the comparison also holds packed against padded training.
 """
 
 from __future__ import annotations
@@ -55,10 +57,11 @@ def data(tmp_path_factory, tiny_prompts):
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory, seq_cls_model, data):
-    """The reference: one process, micro batch 8."""
+    """The reference: one process, micro batch 8, right-padded batches."""
     out = tmp_path_factory.mktemp("one") / "out"
     torch.set_num_threads(1)
-    summary = train(config(seq_cls_model, [data[0]], out, eval=[data[1]], micro_batch_size=8, **SETTINGS))
+    summary = train(config(seq_cls_model, [data[0]], out, eval=[data[1]], micro_batch_size=8, packing=False,
+                           **SETTINGS))
     return out, summary
 
 
@@ -96,6 +99,7 @@ def test_two_processes_match_one_process(kind, tmp_path, seq_cls_model, data, on
     summary = json.loads((out / "train_summary.json").read_text(encoding="utf-8"))
     reference_out, reference = one_process
     assert summary["processes"] == 2
+    assert summary["padding_share"] == 0 < reference["padding_share"]  # packed rows against padded batches
     assert summary["steps"] == reference["steps"] and summary["pair_coverage"] == reference["pair_coverage"]
     moved = _max_diff(_weights(reference_out), _weights(seq_cls_model))
     apart = _max_diff(_weights(reference_out), _weights(out))

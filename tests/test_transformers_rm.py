@@ -224,7 +224,29 @@ class PadsIntoTheSequence(TransformersRewardModel):
 
 
 def test_check_batch_invariance_catches_padding_leaks(seq_rm, tiny_prompts):
-    broken = PadsIntoTheSequence(**{k: getattr(seq_rm, k) for k in seq_rm.__dataclass_fields__})
+    fields = {k: getattr(seq_rm, k) for k in seq_rm.__dataclass_fields__}
+    broken = PadsIntoTheSequence(**(fields | {"packing": False}))
+    result = check_batch_invariance(broken, tiny_prompts[::8], n=10)
+    assert not result["ok"], result
+
+
+@dataclass
+class PositionsRunOn(TransformersRewardModel):
+    """A deliberately broken packed scorer: positions do not restart at each sequence."""
+
+    def score_packed(self, seqs, groups=None):
+        from cheems.models.packing import pack_sequences, rewards_at
+
+        batch = pack_sequences(seqs, self.device, groups=groups)
+        batch.position_ids = torch.arange(batch.row_tokens).unsqueeze(0)
+        base = getattr(self.model, self.model.base_model_prefix)
+        with torch.no_grad():
+            return rewards_at(base(**batch.forward_kwargs()).last_hidden_state, batch, self.model.score).tolist()
+
+
+def test_check_batch_invariance_catches_packing_leaks(seq_rm, tiny_prompts):
+    assert seq_rm.packing
+    broken = PositionsRunOn(**{k: getattr(seq_rm, k) for k in seq_rm.__dataclass_fields__})
     result = check_batch_invariance(broken, tiny_prompts[::8], n=10)
     assert not result["ok"], result
 

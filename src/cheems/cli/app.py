@@ -135,6 +135,10 @@ def eval_(
     batch_size: Optional[int] = typer.Option(None, help=flag(ModelSettings, "batch_size", "--model")),
     token_budget: Optional[int] = typer.Option(None, help=flag(ModelSettings, "token_budget", "--model")),
     truncation: Optional[str] = typer.Option(None, help=flag(ModelSettings, "truncation", "--model")),
+    packing: Optional[bool] = typer.Option(None, "--packing/--no-packing",
+                                           help=flag(ModelSettings, "packing", "--model")),
+    share_prefix: Optional[bool] = typer.Option(None, "--share-prefix/--no-share-prefix",
+                                                help=flag(ModelSettings, "share_prefix", "--model")),
     check: bool = typer.Option(False, "--check", help=flag(ModelSettings, "check", "--model")),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
                                            help=flag(ModelSettings, "trust_remote_code")),
@@ -172,7 +176,8 @@ def eval_(
                                    **given(concurrency=concurrency, timeout=timeout, max_retries=max_retries))
     settings = ModelSettings(**given(backend=backend.value if backend else None, device=device, dtype=dtype,
                                      max_length=max_length, batch_size=batch_size, token_budget=token_budget,
-                                     truncation=truncation, check=check, trust_remote_code=trust_remote_code))
+                                     truncation=truncation, check=check, trust_remote_code=trust_remote_code,
+                                     packing=packing, share_prefix=share_prefix))
     label = "judging" if judge is not None else "scoring" if model is not None else None
     with (progress(label) if label else contextlib.nullcontext(None)) as bar:
         result = evaluate_benchmark(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
@@ -299,6 +304,9 @@ def score(
     batch_size: Optional[int] = typer.Option(None, help=flag(ModelSettings, "batch_size")),
     token_budget: Optional[int] = typer.Option(None, help=flag(ModelSettings, "token_budget")),
     device: Optional[str] = typer.Option(None, help=flag(ModelSettings, "device")),
+    packing: Optional[bool] = typer.Option(None, "--packing/--no-packing", help=flag(ModelSettings, "packing")),
+    share_prefix: Optional[bool] = typer.Option(None, "--share-prefix/--no-share-prefix",
+                                                help=flag(ModelSettings, "share_prefix")),
     dtype: Optional[str] = typer.Option(None, help=flag(ModelSettings, "dtype")),
     max_length: Optional[int] = typer.Option(None, help=flag(ModelSettings, "max_length")),
     truncation: Optional[str] = typer.Option(None, help=flag(ModelSettings, "truncation")),
@@ -343,7 +351,8 @@ def score(
         return
     settings = ModelSettings(**given(backend=backend.value if backend else None, device=device, dtype=dtype,
                                      max_length=max_length, truncation=truncation, batch_size=batch_size,
-                                     token_budget=token_budget, trust_remote_code=trust_remote_code, check=check))
+                                     token_budget=token_budget, trust_remote_code=trust_remote_code, check=check,
+                                     packing=packing, share_prefix=share_prefix))
     if ray:
         _score_with_ray(res.prompts, model, output, settings, replicas, overwrite)
         return
@@ -376,7 +385,7 @@ def _score_with_ray(prompts, model, output, settings: ModelSettings, replicas, o
     meta = scores_meta(prompts, model, max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
                        layout=detect_layout(model), backend=s.backend)
     load_kwargs = dict(dtype=s.dtype, max_length=s.max_length, truncation=s.truncation,
-                       trust_remote_code=s.trust_remote_code)
+                       trust_remote_code=s.trust_remote_code, packing=s.packing, share_prefix=s.share_prefix)
     with progress("scoring on Ray") as bar:
         summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs,
                                  token_budget=s.token_budget, batch_size=s.batch_size, replicas=replicas,
@@ -578,6 +587,9 @@ def train(
     gradient_checkpointing: bool = typer.Option(False, "--gradient-checkpointing",
                                                 help=flag(TrainConfig, "gradient_checkpointing")),
     bf16: bool = typer.Option(False, "--bf16", help=flag(TrainConfig, "bf16")),
+    packing: Optional[bool] = typer.Option(None, "--packing/--no-packing", help=flag(TrainConfig, "packing")),
+    liger_kernels: bool = typer.Option(False, "--liger-kernels", help=flag(TrainConfig, "liger_kernels")),
+    compile_layers: bool = typer.Option(False, "--compile", help=flag(TrainConfig, "compile")),
     token_budget: Optional[int] = typer.Option(None, help=flag(TrainConfig, "token_budget")),
     lora_r: Optional[int] = typer.Option(None, help=flag(TrainConfig, "lora_r")),
     lora_alpha: Optional[int] = typer.Option(None, help=flag(TrainConfig, "lora_alpha")),
@@ -592,9 +604,10 @@ def train(
              "learning_rate": learning_rate, "max_length": max_length, "micro_batch_size": micro_batch_size,
              "gradient_accumulation": gradient_accumulation, "reg_coef": reg_coef, "warmup_ratio": warmup_ratio,
              "seed": seed, "eval_every": eval_every, "save_every": save_every, "token_budget": token_budget,
-             "lora_r": lora_r, "lora_alpha": lora_alpha, "lora_dropout": lora_dropout, "lora_target": lora_target}
+             "lora_r": lora_r, "lora_alpha": lora_alpha, "lora_dropout": lora_dropout, "lora_target": lora_target,
+             "packing": packing}
     flags = {"resume": resume, "truncate": truncate, "gradient_checkpointing": gradient_checkpointing,
-             "bf16": bf16}
+             "bf16": bf16, "liger_kernels": liger_kernels, "compile": compile_layers}
     values = {k: (list(map(str, v)) if isinstance(v, list) else str(v) if isinstance(v, Path) else v)
               for k, v in given.items() if v is not None}
     values.update({k: True for k, v in flags.items() if v})

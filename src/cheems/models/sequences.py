@@ -90,32 +90,37 @@ def reward_at_last_token(hidden, attention_mask, head):
     return head(picked).squeeze(-1)
 
 
-def plan_batches(lengths: Sequence[int], *, token_budget: int = 8192, max_batch_size: int = 64) -> list[list[int]]:
-    """Group sequence indices into batches, longest first, each within a padded-token budget.
+def plan_batches(lengths: Sequence[int], *, token_budget: int = 8192, max_batch_size: int = 64,
+                 packed: bool = False) -> list[list[int]]:
+    """Group sequence indices into batches, longest first, each within a token budget.
 
     A batch's cost is (its longest sequence) x (its size), the tokens actually computed after
-    right padding; a sequence longer than the budget gets a batch of its own. Every index
-    appears exactly once. O(n log n).
+    right padding, or with ``packed`` the sum of the lengths (one packed row); a sequence
+    longer than the budget gets a batch of its own. Every index appears exactly once.
+    O(n log n).
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return pack_in_order(order, lengths, token_budget=token_budget, max_batch_size=max_batch_size)
+    return pack_in_order(order, lengths, token_budget=token_budget, max_batch_size=max_batch_size, packed=packed)
 
 
 def pack_in_order(order: Sequence[int], lengths: Sequence[int], *, token_budget: float,
-                  max_batch_size: float) -> list[list[int]]:
+                  max_batch_size: float, packed: bool = False) -> list[list[int]]:
     """Cut ``order`` into consecutive batches: a batch closes when the next sequence would push
-    (longest x size) over ``token_budget`` or its size over ``max_batch_size``. O(n)."""
+    its cost over ``token_budget`` or its size over ``max_batch_size``; the cost is (longest x
+    size) when padded, the sum of the lengths when ``packed`` into one row. O(n)."""
     batches: list[list[int]] = []
     current: list[int] = []
-    longest = 0
+    longest = total = 0
     for i in order:
         n = lengths[i]
         longest_if = max(longest, n)
-        if current and (longest_if * (len(current) + 1) > token_budget or len(current) >= max_batch_size):
+        cost = total + n if packed else longest_if * (len(current) + 1)
+        if current and (cost > token_budget or len(current) >= max_batch_size):
             batches.append(current)
-            current, longest_if = [], n
+            current, longest_if, total = [], n, 0
         current.append(i)
         longest = longest_if
+        total += n
     if current:
         batches.append(current)
     return batches

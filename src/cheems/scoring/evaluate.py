@@ -39,7 +39,9 @@ class ModelSettings:
     truncation: str = setting("left", help="left keeps the end of the response, right keeps the start")
     batch_size: int = setting(64, help="Most sequences in one forward batch")
     token_budget: int | None = setting(None, default_text="1024 on CPU, 16384 on CUDA",
-                                       help="Most padded tokens in one forward batch")
+                                       help="Most tokens in one forward batch (packed row, or padded)")
+    packing: bool = setting(True, help="Pack a batch's sequences into one row instead of padding them")
+    share_prefix: bool = setting(True, help="With packing: lay each prompt's common prefix down once")
     trust_remote_code: bool = setting(False, help="Allow the checkpoint's own code")
     check: bool = setting(False, help="First verify scores do not depend on batching")
 
@@ -74,7 +76,8 @@ def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Seque
                                     trust_remote_code=s.trust_remote_code)
     else:
         rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
-                               truncation=s.truncation, trust_remote_code=s.trust_remote_code)
+                               truncation=s.truncation, trust_remote_code=s.trust_remote_code, packing=s.packing,
+                               share_prefix=s.share_prefix)
     if s.check:
         exact = s.backend == "transformers" and str(rm.model.dtype) == "torch.float32"
         tolerance = 1e-3 if exact else 5e-2  # bf16/fp16 kernels round more

@@ -3,9 +3,13 @@
 Both checkpoint layouts of :mod:`cheems.models.checkpoints` are scored: ``seq-cls`` (any
 ``*ForSequenceClassification`` with one label) and ``v-head`` (the official Cheems causal LM +
 linear ``v_head``). Each (prompt, response) goes through the tokenizer's chat template as one
-conversation; sequences are sorted by length and packed into batches under a token budget,
-padded on the right to each batch's longest sequence only, so scores do not depend on batch
-size or order (``check_batch_invariance`` verifies it). See :mod:`cheems.models.sequences`.
+conversation, and each distinct conversation is scored once. By default a batch's sequences are
+packed end to end into one row under a token budget, a prompt's responses together with their
+shared prefix laid down once (:mod:`cheems.models.packing`); with ``packing=False`` they are
+sorted by length and padded on the right to each batch's longest sequence (see
+:mod:`cheems.models.sequences`). Either way scores do not depend on batch size or order
+(``check_batch_invariance`` verifies it). Only the base model and the reward head run: no LM
+head is ever computed.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from typing import Callable, Iterator, Sequence
 
 from cheems.models.checkpoints import (best_attention, detect_layout, load_classifier, load_tensors, load_tokenizer,
                                        quiet_transformers, require_torch, resolve_dtype, value_head_source)
+from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, plan_packed_batches,
+                                   rewards_at, use_packed_attention)
 from cheems.models.sequences import (EncodeStats, default_token_budget, encode_conversation, pad_right,
                                      plan_batches, reward_at_last_token)
 from cheems.records import CheemsInputError, Prompt, PromptText, prompt_key
@@ -36,6 +42,8 @@ class TransformersRewardModel:
     truncation: str = "left"
     stats: EncodeStats = field(default_factory=EncodeStats)
     v_head: object = None
+    packing: bool = False  # one row per batch (the model then runs packed attention only)
+    share_prefix: bool = True  # with packing: a prompt's common prefix laid down once
 
     # ------------------------------------------------------------------ encoding
     def encode(self, prompt: PromptText, response: str) -> list[int]:
@@ -48,7 +56,7 @@ class TransformersRewardModel:
         """Scores of already-encoded sequences, as one right-padded batch."""
         torch = require_torch()
         input_ids, mask = pad_right(batch, self.tokenizer.pad_token_id, self.device)
-        with torch.inference_mode():
+        with torch.inference_mode(), padded_attention(self.model):
             if self.layout == "v-head":
                 hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state
                 values = reward_at_last_token(hidden, mask, self.v_head)
@@ -60,6 +68,20 @@ class TransformersRewardModel:
                     values = reward_at_last_token(hidden, mask, head)
                 else:  # an unfamiliar architecture: its own pooling, which finds the pad token
                     values = self.model(input_ids=input_ids, attention_mask=mask).logits[:, 0]
+        return values.float().cpu().tolist()
+
+    def score_packed(self, seqs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]] | None = None) -> list[float]:
+        """Scores of already-encoded sequences, packed into one row; each group of ``groups``
+        (indices into ``seqs``) shares its common prefix (see :mod:`cheems.models.packing`)."""
+        torch = require_torch()
+        batch = pack_sequences(seqs, self.device, groups=groups, backend=packed_backend(self.device))
+        with torch.inference_mode():
+            if self.layout == "v-head":
+                hidden = self.model(**batch.forward_kwargs()).last_hidden_state
+                values = rewards_at(hidden, batch, self.v_head)
+            else:
+                base = getattr(self.model, self.model.base_model_prefix)
+                values = rewards_at(base(**batch.forward_kwargs()).last_hidden_state, batch, score_head(self.model))
         return values.float().cpu().tolist()
 
     def token_budget(self, asked: int | None = None) -> int:
@@ -75,18 +97,63 @@ class TransformersRewardModel:
 def score_items(rm, items: Sequence[tuple[PromptText, str]], *, token_budget: int | None,
                 batch_size: int) -> list[float]:
     """Encode (prompt, response) items with ``rm.encode`` (each distinct conversation once),
-    score them in length-sorted batches with ``rm.score_ids`` and return the scores in input
-    order (any backend with those two)."""
+    score them in batches (`scored_batches`) and return the scores in input order (any backend
+    with ``encode``, ``score_ids`` and ``token_budget``)."""
     index: dict[tuple, int] = {}
     first = [index.setdefault(conversation_key(p, r), i) for i, (p, r) in enumerate(items)]
     distinct = sorted(index.values())
-    encoded = {i: rm.encode(*items[i]) for i in distinct}
+    encoded = [rm.encode(*items[i]) for i in distinct]
+    prompts: dict[tuple, int] = {}
+    prompt_of = [prompts.setdefault(prompt_key(items[i][0]), len(prompts)) for i in distinct]
     scores: dict[int, float] = {}
-    for batch in plan_batches([len(encoded[i]) for i in distinct], token_budget=rm.token_budget(token_budget),
-                              max_batch_size=batch_size):
-        for k, s in zip(batch, rm.score_ids([encoded[distinct[k]] for k in batch])):
-            scores[distinct[k]] = s
+    for batch, values in scored_batches(rm, encoded, prompt_of, token_budget=token_budget, batch_size=batch_size):
+        scores.update((distinct[k], v) for k, v in zip(batch, values))
     return [scores[j] for j in first]
+
+
+def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int], *, token_budget: int | None,
+                   batch_size: int) -> Iterator[tuple[list[int], list[float]]]:
+    """Score the sequences ``encoded`` batch by batch, yielding (indices, scores) per batch.
+
+    Padded (``rm.packing`` false): length-sorted batches of at most ``token_budget`` padded
+    tokens. Packed: the sequences of one prompt (equal ``prompt_of``) form a group whose common
+    prefix is laid down once (``rm.share_prefix``); groups are cut into parts within the budget
+    and packed into rows of at most ``token_budget`` tokens and ``batch_size`` sequences.
+    """
+    budget = rm.token_budget(token_budget)
+    if not getattr(rm, "packing", False):
+        for batch in plan_batches([len(x) for x in encoded], token_budget=budget, max_batch_size=batch_size):
+            yield batch, rm.score_ids([encoded[i] for i in batch])
+        return
+    by_prompt: dict[int, list[int]] = {}
+    for i, p in enumerate(prompt_of):
+        by_prompt.setdefault(p, []).append(i)
+    share = rm.share_prefix
+    groups = [part for members in by_prompt.values()
+              for part in _parts_within(members, encoded, budget, batch_size, share)]
+    costs = [packed_cost([encoded[i] for i in g], share) for g in groups]
+    for chosen in plan_packed_batches(groups, costs, token_budget=budget, max_batch_size=batch_size):
+        seqs, layout = [], []
+        for g in chosen:
+            layout.append(list(range(len(seqs), len(seqs) + len(groups[g]))))
+            seqs.extend(encoded[i] for i in groups[g])
+        batch = [i for g in chosen for i in groups[g]]
+        yield batch, rm.score_packed(seqs, layout if share else [[k] for k in range(len(seqs))])
+
+
+def _parts_within(members: list[int], encoded, budget: int, batch_size: int, share: bool) -> list[list[int]]:
+    """One prompt's sequences, in order, cut into parts of at most ``budget`` row tokens and
+    ``batch_size`` sequences (a part has at least one sequence); alone each without sharing."""
+    if not share:
+        return [[i] for i in members]
+    parts: list[list[int]] = [[]]
+    for i in members:
+        trial = parts[-1] + [i]
+        if parts[-1] and (len(trial) > batch_size or packed_cost([encoded[k] for k in trial], True) > budget):
+            parts.append([i])
+        else:
+            parts[-1] = trial
+    return parts
 
 
 def score_head(model):
@@ -99,11 +166,14 @@ def score_head(model):
 
 
 def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "auto", max_length: int = 2048,
-                      truncation: str = "left", trust_remote_code: bool = False) -> TransformersRewardModel:
+                      truncation: str = "left", trust_remote_code: bool = False, packing: bool = True,
+                      share_prefix: bool = True) -> TransformersRewardModel:
     """Load a reward model folder with ``from_pretrained``, detecting its layout.
 
-    ``dtype="auto"``: bfloat16 on CUDA, float32 on CPU. On CUDA, SDPA attention (or
-    flash-attention 2 when installed) is used.
+    ``dtype="auto"``: bfloat16 on CUDA, float32 on CPU. ``packing`` (default) scores packed
+    rows with the packed attention (:mod:`cheems.models.packing`), ``share_prefix`` laying a
+    prompt's common prefix down once; without packing, right-padded batches run SDPA attention
+    (or flash-attention 2 on CUDA when installed).
     """
     torch = require_torch()
     from transformers import AutoModel
@@ -133,7 +203,12 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
             model = AutoModel.from_pretrained(path, **kwargs)
         v_head = _load_v_head(path).to(device=device, dtype=torch_dtype).eval()
     model = model.to(device).eval()
-    return TransformersRewardModel(tokenizer, model, layout, device, max_length, truncation, v_head=v_head)
+    if packing and layout == "seq-cls" and (score_head(model) is None or
+                                            getattr(model, getattr(model, "base_model_prefix", ""), None) is None):
+        packing = False  # an unfamiliar architecture scores with its own pooling, padded
+    packing = packing and use_packed_attention(model)
+    return TransformersRewardModel(tokenizer, model, layout, device, max_length, truncation, v_head=v_head,
+                                   packing=packing, share_prefix=share_prefix)
 
 
 def _load_v_head(path: Path):
@@ -171,6 +246,8 @@ def score_prompts(rm: TransformersRewardModel, prompts: Sequence[Prompt], *, tok
     index: dict[tuple, int] = {}
     owners: list[list[tuple[str, str]]] = []  # per distinct conversation, the (prompt id, response id) it scores
     encoded: list[list[int]] = []
+    prompt_of: list[int] = []  # per distinct conversation, its prompt (a prompt's responses share a prefix)
+    prompt_index: dict[tuple, int] = {}
     for p in prompts:
         for r in p.responses:
             if (p.id, r.id) in done:
@@ -180,14 +257,13 @@ def score_prompts(rm: TransformersRewardModel, prompts: Sequence[Prompt], *, tok
             if j is None:
                 j = index[key] = len(encoded)
                 encoded.append(rm.encode(p.prompt, r.content))
+                prompt_of.append(prompt_index.setdefault(key[0], len(prompt_index)))
                 owners.append([])
             owners[j].append((p.id, r.id))
     total, finished = sum(map(len, owners)), 0
     if progress:
         progress(0, total)
-    for batch in plan_batches([len(x) for x in encoded], token_budget=rm.token_budget(token_budget),
-                              max_batch_size=batch_size):
-        scores = rm.score_ids([encoded[i] for i in batch])
+    for batch, scores in scored_batches(rm, encoded, prompt_of, token_budget=token_budget, batch_size=batch_size):
         rows = [(pid, rid, s) for i, s in zip(batch, scores) for pid, rid in owners[i]]
         yield rows
         finished += len(rows)

@@ -8,8 +8,9 @@ decides how many training pairs an epoch actually trains on.
 
 Items are ``(prompt_index, response_index, length)`` tuples; a batcher returns batches as
 lists of positions in ``items``. Limits are ``batch_size`` (most sequences in a batch) and/or
-``token_budget`` (most padded tokens: the longest sequence in the batch times its size); a
-single sequence over the budget stands alone. ``pairs_by_prompt`` maps a prompt index to its
+``token_budget``: the most padded tokens (the longest sequence in the batch times its size),
+or with ``packed`` the most tokens of the packed row (the sum of the lengths, see
+:mod:`cheems.models.packing`); a single sequence over the budget stands alone. ``pairs_by_prompt`` maps a prompt index to its
 training pairs as ``(better, worse)`` response indices (see `cheems.records.ranked_pairs`).
 
 - `greedy_prompt_batches`: ours; keeps each prompt's responses in one batch, length-grouped.
@@ -89,15 +90,21 @@ def _fit(length: float, size_limit: float, token_budget: float) -> float:
 
 
 class _Batch:
-    __slots__ = ("members", "longest")
+    __slots__ = ("members", "longest", "tokens", "packed")
 
-    def __init__(self) -> None:
+    def __init__(self, packed: bool = False) -> None:
         self.members: list[int] = []
         self.longest = 0
+        self.tokens = 0  # real tokens
+        self.packed = packed
 
     def room(self, length: int, size_limit: float, token_budget: float) -> int:
         """How many more sequences of at most ``length`` tokens fit."""
-        free = _fit(max(self.longest, length), size_limit, token_budget) - len(self.members)
+        if self.packed:
+            by_tokens = math.inf if token_budget == math.inf else (token_budget - self.tokens) // length
+            free = min(size_limit - len(self.members), by_tokens)
+        else:
+            free = _fit(max(self.longest, length), size_limit, token_budget) - len(self.members)
         if not self.members and free < 1:
             return 1  # a sequence over the budget stands alone
         return int(max(0, free))
@@ -105,6 +112,7 @@ class _Batch:
     def add(self, positions: list[int], lengths: Sequence[int]) -> None:
         self.members.extend(positions)
         self.longest = max([self.longest] + [lengths[i] for i in positions])
+        self.tokens += sum(lengths[i] for i in positions)
 
 
 def _cut_part(members: list[int], size: int, edges: set[frozenset]) -> list[int]:
@@ -131,7 +139,7 @@ def _cut_part(members: list[int], size: int, edges: set[frozenset]) -> list[int]
 
 
 def _pack_window(prompts: list[list[int]], lengths: Sequence[int], n_allowed: int,
-                 size_limit: float, token_budget: float, edges_of) -> list[_Batch]:
+                 size_limit: float, token_budget: float, edges_of, packed: bool) -> list[_Batch]:
     """First-fit-decreasing of whole prompts into at most ``n_allowed`` batches; prompts that
     no longer fit whole are split over the roomiest batches, which the decreasing order makes
     the smallest (cheapest) prompts."""
@@ -143,10 +151,10 @@ def _pack_window(prompts: list[list[int]], lengths: Sequence[int], n_allowed: in
         while remaining:
             longest = max(lengths[i] for i in remaining)
             k = len(remaining)
-            cap = _Batch().room(longest, size_limit, token_budget)
+            cap = _Batch(packed).room(longest, size_limit, token_budget)
             if k > cap:  # bigger than an empty batch: full batches of it first
                 part = _cut_part(remaining, cap, edges)
-                b = _Batch()
+                b = _Batch(packed)
                 b.add(part, lengths)
                 batches.append(b)
                 remaining = [i for i in remaining if i not in set(part)]
@@ -157,13 +165,13 @@ def _pack_window(prompts: list[list[int]], lengths: Sequence[int], n_allowed: in
                 batches[min(whole)[1]].add(remaining, lengths)
                 break
             if len(batches) < n_allowed:
-                b = _Batch()
+                b = _Batch(packed)
                 b.add(remaining, lengths)
                 batches.append(b)
                 break
             room, j = max(fitting) if fitting else (0, -1)
             if room == 0:  # every allowed batch is full: open one more
-                b = _Batch()
+                b = _Batch(packed)
                 b.add(remaining, lengths)
                 batches.append(b)
                 break
@@ -176,12 +184,13 @@ def _pack_window(prompts: list[list[int]], lengths: Sequence[int], n_allowed: in
 
 def greedy_prompt_batches(items: Sequence[Item], *, batch_size: int | None = None,
                           token_budget: int | None = None, seed: int = 0, shuffle: bool = True,
-                          slack: float = 0.05,
-                          pairs_by_prompt: Mapping[int, Sequence[Pair]] | None = None) -> list[list[int]]:
+                          slack: float = 0.05, pairs_by_prompt: Mapping[int, Sequence[Pair]] | None = None,
+                          packed: bool = False) -> list[list[int]]:
     """Forward batches that keep each prompt's responses together, with little padding (§5).
 
     Every item appears in exactly one batch; every batch keeps to ``batch_size`` sequences
-    and ``token_budget`` padded tokens (longest x size; a sequence over the budget alone).
+    and ``token_budget`` padded tokens (longest x size; a sequence over the budget alone), or
+    with ``packed`` ``token_budget`` tokens in its packed row (the sum of the lengths).
 
     Prompts are shuffled (``shuffle``, ``seed``) into buckets of ``BUCKET_WINDOWS`` windows,
     each bucket is sorted by the prompts' longest response and cut into windows of about
@@ -249,13 +258,14 @@ def greedy_prompt_batches(items: Sequence[Item], *, batch_size: int | None = Non
     batches: list[_Batch] = []
     ideal = 0.0
     for window in windows:
-        wl = max(longest[p] for p in window)
-        cap = max(1.0, _fit(wl, size_limit, budget))
         n_seq = sum(len(groups[p]) for p in window)
+        wl = (sum(lengths[i] for p in window for i in groups[p]) / n_seq if packed
+              else max(longest[p] for p in window))  # a packed row holds the mean, a padded one pays the longest
+        cap = max(1.0, _fit(wl, size_limit, budget))
         ideal += n_seq / cap
         allowed = max(1, math.floor((1 + slack) * ideal + 1e-9) - len(batches))
         batches.extend(_pack_window([groups[p] for p in window], lengths, allowed,
-                                    size_limit, budget, edges_of))
+                                    size_limit, budget, edges_of, packed))
     out = [b.members for b in batches]
     if shuffle:
         out = [out[j] for j in rng.permutation(len(out))]
@@ -266,7 +276,7 @@ def greedy_prompt_batches(items: Sequence[Item], *, batch_size: int | None = Non
 
 def official_greedy_batches(items: Sequence[Item], *, batch_size: int | None = None,
                             token_budget: int | None = None, seed: int = 0,
-                            shuffle: bool = True) -> list[list[int]]:
+                            shuffle: bool = True, packed: bool = False) -> list[list[int]]:
     """The official trainer's greedy sampler, re-implemented from its description.
 
     Walks the prompts in order (shuffled with ``seed`` when ``shuffle``) and adds a prompt's
@@ -279,7 +289,8 @@ def official_greedy_batches(items: Sequence[Item], *, batch_size: int | None = N
     size_limit, budget = _check_limits(batch_size, token_budget)
     groups = _group_by_prompt(items)
     order = [i for p in _prompt_order(groups, seed, shuffle) for i in groups[p]]
-    return pack_in_order(order, [it[2] for it in items], token_budget=budget, max_batch_size=size_limit)
+    return pack_in_order(order, [it[2] for it in items], token_budget=budget, max_batch_size=size_limit,
+                         packed=packed)
 
 
 def pairwise_duplication_batches(items: Sequence[Item], pairs_by_prompt: Mapping[int, Sequence[Pair]], *,
@@ -322,13 +333,14 @@ def pairwise_duplication_batches(items: Sequence[Item], pairs_by_prompt: Mapping
 # ---------------------------------------------------------------------------- measuring
 
 def batch_stats(batches: Sequence[Sequence[int]], items: Sequence[Item],
-                pairs_by_prompt: Mapping[int, Sequence[Pair]]) -> dict:
+                pairs_by_prompt: Mapping[int, Sequence[Pair]], *, packed: bool = False) -> dict:
     """What an epoch over ``batches`` costs and trains on.
 
     Returns ``forward_sequences``, ``forward_batches``, ``pairs``, ``covered_pairs`` and
     ``pair_coverage`` (share of training pairs whose two responses meet in one batch),
-    ``real_tokens``, ``padded_tokens`` (sum of longest x size) and ``padding_share`` (padded
-    tokens that are not real / padded tokens), ``forwarded_more_than_once`` and
+    ``real_tokens``, ``padded_tokens`` (sum of longest x size; with ``packed``, the rows'
+    tokens: the real ones) and ``padding_share`` (padded tokens that are not real / padded
+    tokens; 0 when packed), ``forwarded_more_than_once`` and
     ``never_forwarded`` (responses). O(forwards + pairs x batches per response).
     """
     where = {(p, r): i for i, (p, r, _) in enumerate(items)}
@@ -340,7 +352,7 @@ def batch_stats(batches: Sequence[Sequence[int]], items: Sequence[Item],
             continue
         ls = [items[i][2] for i in batch]
         real += sum(ls)
-        padded += max(ls) * len(ls)
+        padded += sum(ls) if packed else max(ls) * len(ls)
         for i in batch:
             batches_of[i].add(j)
             times[i] += 1

@@ -23,9 +23,11 @@ class TrainConfig:
     """Every setting of a training run; the defaults are the paper's Appendix F.
 
     Global batch = ``micro_batch_size`` x ``gradient_accumulation`` x processes (8 x 32 x 1 =
-    256 sequences). ``token_budget`` also caps a forward batch at that many padded tokens
-    per process (longest sequence x sequences), so short sequences travel in bigger batches
-    on a GPU; None caps by ``micro_batch_size`` alone. ``eval_every`` / ``save_every`` count
+    256 sequences). ``token_budget`` also caps a forward batch at that many tokens per
+    process: the packed row's (``packing``, the default) or the padded batch's (longest
+    sequence x sequences); None caps by ``micro_batch_size`` alone on CPU and at
+    ``DEFAULT_TOKEN_BUDGET["cuda"]`` tokens on a GPU, so raise ``micro_batch_size`` there to let
+    short sequences travel in bigger batches. ``eval_every`` / ``save_every`` count
     optimizer steps; 0 means at the end of each epoch. ``truncate=False`` drops sequences
     over ``max_length`` (and their pairs); ``True`` keeps their last ``max_length`` tokens.
     ``lora_r`` > 0 trains LoRA adapters of that rank (peft) on ``lora_target`` modules plus
@@ -54,6 +56,10 @@ class TrainConfig:
     bf16: bool = setting(False, help="bfloat16 mixed precision")
     token_budget: int | None = setting(None, min=1, default_text="micro batch size alone",
                                        help="Also cap a forward batch at this many padded tokens per process")
+    packing: bool = setting(True, help="Concatenate each forward batch into one row with no padding "
+                            "(--no-packing pads to the longest sequence)")
+    liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
+    compile: bool = setting(False, help="torch.compile each decoder layer")
     lora_r: int = setting(0, min=0, default_text="0, train every weight",
                           help="Train LoRA adapters of this rank (needs peft). The saved model has them merged")
     lora_alpha: int = setting(16, min=0, help="LoRA scaling alpha")

@@ -86,8 +86,9 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
     accelerator.wait_for_everyone()
 
 
-RESUMABLE_CHANGES = frozenset({"resume", "eval", "eval_every", "save_every"})
-"""Settings a resumed run may change: they decide what is watched and kept, not what is learnt."""
+RESUMABLE_CHANGES = frozenset({"resume", "eval", "eval_every", "save_every", "liger_kernels", "compile"})
+"""Settings a resumed run may change: they decide what is watched and kept, or how fast the same
+arithmetic runs, not what is learnt."""
 
 
 def config_record(config: TrainConfig) -> dict:
@@ -113,6 +114,8 @@ def check_resume(checkpoint: Path, config: TrainConfig, data_fingerprint: str) -
     settings that change what is learnt (naming each difference); see RESUMABLE_CHANGES."""
     state = read_state(checkpoint)
     old, new = state.get("config") or {}, config_record(config)
+    defaults = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    old = {k: old[k] if k in old else defaults.get(k) for k in set(old) | set(new)}  # settings added since
     changed = [f"{k} {old.get(k)!r} -> {new.get(k)!r}" for k in sorted(set(old) | set(new))
                if k not in RESUMABLE_CHANGES and old.get(k) != new.get(k)]
     if state.get("data_fingerprint") not in (None, data_fingerprint):

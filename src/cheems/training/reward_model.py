@@ -2,7 +2,9 @@
 
 - `RewardModel`: a ``*ForSequenceClassification`` (or a peft model around one) whose
   ``forward(input_ids, attention_mask)`` returns the score head at each sequence's last real
-  token, as cheems scores; DDP-, FSDP- and DeepSpeed-wrappable.
+  token, as cheems scores, and ``forward(input_ids, packing=batch)`` the same for a packed
+  row (:mod:`cheems.models.packing`); no LM head is computed. DDP-, FSDP- and
+  DeepSpeed-wrappable.
 - `gather_rewards`: every process's rewards of a micro-step in one vector, with gradients
   flowing back to each process's own part (`GatherRewards`).
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from cheems.models.packing import PackedBatch, rewards_at
 from cheems.models.sequences import reward_at_last_token
 
 __all__ = ["GatherRewards", "RewardModel", "gather_rewards"]
@@ -22,8 +25,9 @@ __all__ = ["GatherRewards", "RewardModel", "gather_rewards"]
 
 class RewardModel(torch.nn.Module):
     """``inner`` wrapped so that ``forward(input_ids, attention_mask)`` returns one reward per
-    row (n,): the score head at each sequence's last real token. ``inner`` may be a peft
-    model around a ``*ForSequenceClassification``."""
+    row (n,): the score head at each sequence's last real token; with ``packing`` (the
+    `PackedBatch` whose ``input_ids`` are given) one reward per packed sequence. ``inner`` may
+    be a peft model around a ``*ForSequenceClassification``."""
 
     def __init__(self, inner):
         super().__init__()
@@ -34,10 +38,14 @@ class RewardModel(torch.nn.Module):
         get = getattr(self.inner, "get_base_model", None)
         return get() if get is not None else self.inner
 
-    def forward(self, input_ids, attention_mask):
+    def forward(self, input_ids, attention_mask=None, packing: PackedBatch | None = None):
         core = self.classifier
-        hidden = getattr(core, core.base_model_prefix)(input_ids=input_ids,
-                                                       attention_mask=attention_mask).last_hidden_state
+        base = getattr(core, core.base_model_prefix)
+        if packing is not None:  # one packed row (1, T): a reward per packed sequence
+            hidden = base(input_ids=input_ids, position_ids=packing.position_ids,
+                          cheems_packing=packing).last_hidden_state
+            return rewards_at(hidden, packing, core.score).float()  # (n,)
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return reward_at_last_token(hidden, attention_mask, core.score).float()  # (n,)
 
 

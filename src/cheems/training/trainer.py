@@ -7,7 +7,7 @@ readable top to bottom; `finish_run` evaluates, saves the final model and return
 
     for epoch:                                   # batches differ per epoch (seed + epoch)
         for forward batch in greedy_prompt_batches(...):   # a prompt's responses together
-            rewards = score head at each sequence's last real token
+            rewards = score head at each sequence's last token (one packed row, no padding)
             loss = bradley_terry_loss(pairs inside the batch) + reg * mean(rewards^2)
             backward; every `gradient_accumulation` batches: clip 1.0, AdamW, cosine LR
             evaluate / checkpoint when due; progress(step, total_steps, stats)
@@ -41,8 +41,9 @@ from cheems.formats import group_by_prompt, read_prompts
 from cheems.io import files_fingerprint
 from cheems.metrics import evaluate
 from cheems.models.checkpoints import load_classifier, load_tokenizer, quiet_transformers, require_torch
-from cheems.models.sequences import (EncodeStats, default_token_budget, encode_conversation, pad_right,
-                                     plan_batches)
+from cheems.models.packing import pack_sequences, packed_backend, use_packed_attention
+from cheems.models.sequences import (DEFAULT_TOKEN_BUDGET, EncodeStats, default_token_budget, encode_conversation,
+                                     pad_right, plan_batches)
 from cheems.records import CheemsInputError, Prompt, preference_pairs
 from cheems.training.batching import batch_stats, greedy_prompt_batches
 from cheems.training.config import TrainConfig
@@ -52,8 +53,8 @@ from cheems.training.output_folder import (SUMMARY_FILE, MetricsLog, check_resum
 
 __all__ = ["MAX_GRAD_NORM", "MISSING_EXTRA", "EvalSet", "Progress", "TrainingData", "TrainingRun",
            "encode_eval_set", "encode_training_data", "finish_run", "load_for_training",
-           "DROPPED_WARNING_SHARE", "Notify", "finished_summary", "read_training_prompts", "setup_run", "train",
-           "train_epoch"]
+           "DROPPED_WARNING_SHARE", "Notify", "batch_rewards", "finished_summary", "read_training_prompts", "setup_run",
+           "token_budget_per_process", "train", "train_epoch"]
 
 MISSING_EXTRA = "training needs the models extra: pip install 'cheems[models]'"
 MAX_GRAD_NORM = 1.0
@@ -203,10 +204,13 @@ def _accelerator(config: TrainConfig):
     return accelerator
 
 
-def load_for_training(path: str, *, gradient_checkpointing: bool):
+def load_for_training(path: str, *, gradient_checkpointing: bool, packing: bool = False, liger_kernels: bool = False,
+                      compile: bool = False):
     """``(tokenizer, model)``: the starting checkpoint in float32 through the shared loader
     (:func:`cheems.models.checkpoints.load_classifier`), checked to be a decoder with a
-    ``score`` head, with gradient checkpointing switched on when asked."""
+    ``score`` head, with gradient checkpointing switched on when asked, the packed attention
+    with ``packing`` (:mod:`cheems.models.packing`), Liger's kernels and compiled decoder
+    layers when asked (:mod:`cheems.models.kernels`)."""
     with quiet_transformers():
         tokenizer = load_tokenizer(path)
     model, _ = load_classifier(path, tokenizer, dtype="float32")
@@ -218,6 +222,17 @@ def load_for_training(path: str, *, gradient_checkpointing: bool):
         # transformers 5 renamed it; older releases only have the first name
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
+    if packing and not use_packed_attention(model):
+        raise CheemsInputError(f"{type(model).__name__} cannot run packed batches; train with --no-packing",
+                               file=str(path))
+    if liger_kernels:
+        from cheems.models.kernels import use_liger_kernels
+
+        use_liger_kernels(model)
+    if compile:
+        from cheems.models.kernels import compile_layers
+
+        compile_layers(model)
     return tokenizer, model
 
 
@@ -244,11 +259,20 @@ def _resume_point(config: TrainConfig, output: Path) -> tuple[int, Path | None]:
     return found[-1] if found else (0, None)
 
 
-def _epoch_batches(data: TrainingData, config: TrainConfig, n_proc: int, epoch: int) -> list[list[int]]:
-    """The epoch's forward batches for all processes together (n x micro batch)."""
+def token_budget_per_process(config: TrainConfig, device) -> int | None:
+    """A forward batch's token cap on one process: ``config.token_budget``, else on a GPU
+    ``DEFAULT_TOKEN_BUDGET["cuda"]``, else none (the micro batch size alone)."""
+    if config.token_budget:
+        return config.token_budget
+    return DEFAULT_TOKEN_BUDGET["cuda"] if str(device).startswith("cuda") else None
+
+
+def _epoch_batches(data: TrainingData, config: TrainConfig, n_proc: int, epoch: int,
+                   budget: int | None) -> list[list[int]]:
+    """The epoch's forward batches for all processes together (n x micro batch, n x ``budget``)."""
     return greedy_prompt_batches(data.items, batch_size=config.micro_batch_size * n_proc,
-                                 token_budget=config.token_budget * n_proc if config.token_budget else None,
-                                 seed=config.seed + epoch, pairs_by_prompt=data.pairs_by_prompt)
+                                 token_budget=budget * n_proc if budget else None, seed=config.seed + epoch,
+                                 pairs_by_prompt=data.pairs_by_prompt, packed=config.packing)
 
 
 def _step_groups(batches: list[list[int]], gradient_accumulation: int) -> list[list[list[int]]]:
@@ -316,7 +340,16 @@ def _pairs_in(parts: list[list[int]], data: TrainingData, where: dict) -> tuple[
 
 # ---------------------------------------------------------------------------- evaluation
 
-def _evaluate_weights(accelerator, reward_model, eval_set: EvalSet, pad_id: int, batch_size: int) -> dict:
+def batch_rewards(reward_model, seqs: list[list[int]], *, packing: bool, pad_id: int, device):
+    """The rewards (n,) of token sequences ``seqs``: one packed row, or one right-padded batch."""
+    if packing:
+        batch = pack_sequences(seqs, device, backend=packed_backend(device))
+        return reward_model(batch.input_ids, packing=batch)
+    return reward_model(*pad_right(seqs, pad_id, device))
+
+
+def _evaluate_weights(accelerator, reward_model, eval_set: EvalSet, pad_id: int, batch_size: int,
+                      packing: bool) -> dict:
     """CheemsBench Accuracy / Exact Match / Overall of the current weights on the eval set.
 
     Every process scores every n-th batch (padded to the same number of batches, since
@@ -326,7 +359,8 @@ def _evaluate_weights(accelerator, reward_model, eval_set: EvalSet, pad_id: int,
 
     device = accelerator.device
     budget = default_token_budget(device.type)
-    batches = plan_batches([len(x) for x in eval_set.ids], token_budget=budget, max_batch_size=batch_size)
+    batches = plan_batches([len(x) for x in eval_set.ids], token_budget=budget, max_batch_size=batch_size,
+                           packed=packing)
     n = accelerator.num_processes
     mine = batches[accelerator.process_index::n]
     rounds = math.ceil(len(batches) / n)
@@ -336,7 +370,8 @@ def _evaluate_weights(accelerator, reward_model, eval_set: EvalSet, pad_id: int,
     reward_model.eval()
     with torch.no_grad():
         for batch in mine:
-            values = reward_model(*pad_right([eval_set.ids[i] for i in batch], pad_id, device))
+            values = batch_rewards(reward_model, [eval_set.ids[i] for i in batch], packing=packing, pad_id=pad_id,
+                                   device=device)
             scored.extend(zip(batch, values.tolist()))
     reward_model.train(was_training)
     if n > 1:
@@ -368,6 +403,7 @@ class TrainingRun:
     lengths: list[int]  # tokens of each sequence in data.items
     eval_set: EvalSet
     log: MetricsLog
+    token_budget: int | None  # a forward batch's token cap per process (token_budget_per_process)
     first_batches: list[list[int]]  # epoch 0's forward batches, planned once for the shape too
     first_shape: dict  # batch_stats of first_batches (pair coverage, padding share)
     steps_per_epoch: int
@@ -403,7 +439,9 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     if resume_from is not None:
         check_resume(resume_from, config, data_fingerprint)  # before anything loads
     torch.manual_seed(config.seed)
-    tokenizer, model = load_for_training(str(config.model), gradient_checkpointing=config.gradient_checkpointing)
+    tokenizer, model = load_for_training(str(config.model), gradient_checkpointing=config.gradient_checkpointing,
+                                         packing=config.packing, liger_kernels=config.liger_kernels,
+                                         compile=config.compile)
     if config.lora_r:
         model = _with_lora(model, config)
     data = encode_training_data(read_training_prompts(config.train), tokenizer, max_length=config.max_length,
@@ -413,7 +451,8 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
                f"({data.dropped / data.n_sequences:.1%}) are longer than max_length {config.max_length} tokens and "
                f"are left out with their pairs (raise --max-length, or --truncate to keep their last tokens)")
     eval_set = encode_eval_set(config.eval, tokenizer, max_length=config.max_length)
-    first_batches = _epoch_batches(data, config, accelerator.num_processes, 0)
+    budget = token_budget_per_process(config, accelerator.device)
+    first_batches = _epoch_batches(data, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(_step_groups(first_batches, config.gradient_accumulation))
     total_steps = steps_per_epoch * config.epochs
     reward_model, optimizer, scheduler, trainable = _prepare_optimisation(accelerator, model, config, total_steps)
@@ -427,7 +466,8 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
         optimizer=optimizer, scheduler=scheduler, data=data,
         where={(pi, ri): i for i, (pi, ri, _) in enumerate(data.items)}, lengths=[n for _, _, n in data.items],
         eval_set=eval_set, log=MetricsLog(output, enabled=accelerator.is_main_process, start_step=start_step),
-        first_batches=first_batches, first_shape=batch_stats(first_batches, data.items, data.pairs_by_prompt),
+        token_budget=budget, first_batches=first_batches,
+        first_shape=batch_stats(first_batches, data.items, data.pairs_by_prompt, packed=config.packing),
         steps_per_epoch=steps_per_epoch, total_steps=total_steps, trainable=trainable, start_step=start_step,
         data_fingerprint=data_fingerprint, step=start_step)
 
@@ -437,7 +477,7 @@ def _evaluate_run(run: TrainingRun) -> dict | None:
     if not run.eval_set.prompts:
         return None
     return _evaluate_weights(run.accelerator, run.reward_model, run.eval_set, run.tokenizer.pad_token_id,
-                             batch_size=run.config.micro_batch_size * 4)
+                             batch_size=run.config.micro_batch_size * 4, packing=run.config.packing)
 
 
 def _due(every: int, step: int, end_of_epoch: bool) -> bool:
@@ -450,7 +490,8 @@ def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None) 
     steps done before the checkpoint the run resumed from. After each step: evaluate and
     checkpoint when due, log, and call ``progress`` (see `train`) on the main process."""
     config, accelerator = run.config, run.accelerator
-    batches = run.first_batches if epoch == 0 else _epoch_batches(run.data, config, accelerator.num_processes, epoch)
+    batches = run.first_batches if epoch == 0 else _epoch_batches(run.data, config, accelerator.num_processes, epoch,
+                                                                  run.token_budget)
     groups = _step_groups(batches, config.gradient_accumulation)
     run.epoch_loss, run.epoch_right = [], []
     for g, group in enumerate(groups):
@@ -510,10 +551,11 @@ def _forward_backward(run: TrainingRun, batch: list[int]) -> tuple[float, dict]:
     device, n_proc, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
     parts = _deal(batch, run.lengths, n_proc)
     first_copies, better, worse = _pairs_in(parts, run.data, run.where)
-    input_ids, mask = pad_right([run.data.ids[i] for i in parts[rank]], run.tokenizer.pad_token_id, device)
     with accelerator.accumulate(run.reward_model):  # DDP syncs on the group's last batch only
         with accelerator.autocast():
-            rewards = run.reward_model(input_ids, mask)  # (this process's part,)
+            rewards = batch_rewards(run.reward_model, [run.data.ids[i] for i in parts[rank]],
+                                    packing=run.config.packing, pad_id=run.tokenizer.pad_token_id,
+                                    device=device)  # (this process's part,)
         if n_proc > 1:
             rewards = gather_rewards(rewards, [len(p) for p in parts], rank)  # (whole batch,)
         rewards = rewards[torch.tensor(first_copies, dtype=torch.long, device=device)]

@@ -1,0 +1,69 @@
+"""Faster kernels for a loaded model: Liger's fused Triton kernels and ``torch.compile``.
+
+- `use_liger_kernels`: Liger's RMSNorm, SwiGLU and RoPE in place of transformers' modules, on
+  one model instance (CUDA only; ``pip install 'cheems[gpu]'``). Exact kernels: scores and
+  gradients agree with the plain modules within bf16 rounding. No cross-entropy kernel: a
+  reward model never computes an LM head.
+- `compile_layers`: ``torch.compile`` on each decoder layer (one compiled graph reused by all
+  layers of a shape); the packed attention's per-segment loop stays eager.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from cheems.models.checkpoints import require_torch
+from cheems.records import CheemsInputError
+
+__all__ = ["LIGER_MISSING", "compile_layers", "decoder_layers", "use_liger_kernels"]
+
+LIGER_MISSING = "Liger kernels need the gpu extra (a CUDA machine): pip install 'cheems[gpu]'"
+
+
+def _core(model):
+    """The transformers model inside a peft wrapper (or the model itself)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def use_liger_kernels(model) -> list[str]:
+    """Patch ``model`` in place with Liger's RoPE, RMSNorm and SwiGLU kernels; returns the
+    kernels applied. One clear error without CUDA, without liger-kernel, or for an
+    architecture Liger does not cover."""
+    torch = require_torch()
+    if not torch.cuda.is_available():
+        raise CheemsInputError("Liger kernels run on CUDA GPUs only; leave out --liger-kernels on this machine",
+                               field="liger_kernels")
+    try:
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+    except ImportError:
+        raise CheemsInputError(LIGER_MISSING, field="liger_kernels") from None
+    core = _core(model)
+    model_type = getattr(core.config, "model_type", None)
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
+    if apply is None:
+        raise CheemsInputError(f"Liger has no kernels for {model_type!r} models", field="liger_kernels")
+    wanted = {"rope": True, "rms_norm": True, "swiglu": True, "cross_entropy": False,
+              "fused_linear_cross_entropy": False, "model": core}
+    accepted = inspect.signature(apply).parameters
+    apply(**{k: v for k, v in wanted.items() if k in accepted})
+    return [k for k in ("rope", "rms_norm", "swiglu") if k in accepted]
+
+
+def decoder_layers(model):
+    """The decoder layers (a ModuleList) of a transformers decoder, inside any wrapper."""
+    core = _core(model)
+    base = getattr(core, getattr(core, "base_model_prefix", ""), core)
+    layers = getattr(base, "layers", None)
+    if layers is None:
+        raise CheemsInputError(f"cannot find the decoder layers of {type(core).__name__}", field="compile")
+    return layers
+
+
+def compile_layers(model, *, dynamic: bool = True) -> int:
+    """``torch.compile`` each decoder layer of ``model`` in place (sequence lengths vary from
+    batch to batch: ``dynamic``); returns how many were compiled."""
+    require_torch()
+    layers = decoder_layers(model)
+    for layer in layers:
+        layer.compile(dynamic=dynamic)
+    return len(layers)

@@ -1,0 +1,363 @@
+"""Padding-free forward batches: a batch's sequences concatenated into one row (the ``[models]`` extra).
+
+A right-padded batch of n sequences costs n x (longest) tokens; a packed batch costs the sum of
+their lengths. :func:`pack_sequences` lays the sequences of a batch end to end in one row of
+``T`` tokens, positions restarting at each sequence, and records where each one lies; the
+model runs with the ``cheems_packed`` attention (:func:`use_packed_attention`), which keeps
+every query inside its own sequence, and the reward is read at each sequence's last token
+(:func:`rewards_at`). Rewards, loss and gradients equal the padded batch's within float
+tolerance (tests/test_packing.py).
+
+Shared prompt prefixes (scoring): the responses of one prompt start with the same tokens (the
+chat template and the prompt). With ``groups``, the longest common token prefix of a group's
+sequences is laid down once, followed by each sequence's remaining tokens; those continue the
+prefix's positions and attend to the prefix and to their own earlier tokens only, which is the
+attention each full sequence would have had alone, so the scores do not change (a cascade of
+the packed row). CheemsBench-like prompts are about a quarter of the tokens.
+
+Attention backends, chosen by :func:`packed_backend`:
+
+- ``segments``: PyTorch SDPA once per segment (CPU; exact, O(sum of squared lengths)).
+- ``flash``: flash-attention's variable-length kernel (GPU, ``flash-attn`` installed; rows
+  without shared prefixes, as in training).
+- ``flex``: PyTorch flex attention with a block-sparse mask (GPU; any layout, prefixes too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from cheems.models.checkpoints import require_torch
+from cheems.records import CheemsInputError
+
+__all__ = ["ATTENTION_NAME", "BACKENDS", "Group", "PackedBatch", "common_prefix", "pack_sequences",
+           "packed_attention", "packed_backend", "packed_cost", "padded_attention", "plan_packed_batches", "rewards_at",
+           "use_packed_attention"]
+
+ATTENTION_NAME = "cheems_packed"
+BACKENDS = ("segments", "flash", "flex")
+
+
+@dataclass(frozen=True)
+class Group:
+    """One block of the packed row: a shared prefix of ``prefix`` tokens starting at ``start``
+    (0 for a lone sequence), then the members' own tokens as ``(start, length)`` spans."""
+
+    start: int
+    prefix: int
+    members: tuple[tuple[int, int], ...]
+
+
+@dataclass
+class PackedBatch:
+    """A packed forward batch: ``input_ids`` and ``position_ids`` (1, T), ``last`` (n,) the row
+    position of each input sequence's last token (input order), ``groups`` the layout, and the
+    attention ``backend``. ``cache`` keeps per-batch attention metadata (built on first use)."""
+
+    input_ids: object
+    position_ids: object
+    last: object
+    groups: list[Group]
+    backend: str
+    real_tokens: int  # tokens of the input sequences, counted whole
+    row_tokens: int  # tokens in the row (fewer when prefixes are shared)
+    cache: dict = field(default_factory=dict)
+
+    def forward_kwargs(self) -> dict:
+        """Keyword arguments for the base model's forward: ids, positions, the layout."""
+        return {"input_ids": self.input_ids, "position_ids": self.position_ids, "cheems_packing": self}
+
+
+def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix of ``seqs``, kept at least one token short of the
+    shortest, so every sequence keeps a token of its own to read the reward at. O(total)."""
+    if len(seqs) < 2:
+        return 0
+    first, n = seqs[0], min(len(s) for s in seqs) - 1
+    k = 0
+    while k < n and all(s[k] == first[k] for s in seqs[1:]):
+        k += 1
+    return k
+
+
+def packed_cost(seqs: Sequence[Sequence[int]], share_prefix: bool) -> int:
+    """Tokens the group ``seqs`` takes in a packed row."""
+    total = sum(len(s) for s in seqs)
+    return total - (len(seqs) - 1) * common_prefix(seqs) if share_prefix else total
+
+
+def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Sequence[int]] | None = None,
+                   backend: str = "segments") -> PackedBatch:
+    """One row holding ``seqs`` (see the module docs). ``groups`` lists indices into ``seqs``
+    whose common prefix is laid down once (every index in exactly one group); without it each
+    sequence stands alone. O(T)."""
+    torch = require_torch()
+    if backend not in BACKENDS:
+        raise CheemsInputError(f"packed attention backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if groups is None:
+        groups = [[i] for i in range(len(seqs))]
+    ids: list[int] = []
+    pos: list[int] = []
+    last = [0] * len(seqs)
+    layout: list[Group] = []
+    for members in groups:
+        p = common_prefix([seqs[i] for i in members])
+        start = len(ids)
+        ids.extend(seqs[members[0]][:p])
+        pos.extend(range(p))
+        spans = []
+        for i in members:
+            own = seqs[i][p:]
+            spans.append((len(ids), len(own)))
+            ids.extend(own)
+            pos.extend(range(p, p + len(own)))
+            last[i] = len(ids) - 1
+        layout.append(Group(start, p, tuple(spans)))
+    if backend == "flash" and any(g.prefix for g in layout):
+        backend = "flex"  # varlen kernels keep sequences apart; a shared prefix needs a mask
+    return PackedBatch(torch.tensor([ids], dtype=torch.long, device=device),
+                       torch.tensor([pos], dtype=torch.long, device=device),
+                       torch.tensor(last, dtype=torch.long, device=device), layout, backend,
+                       real_tokens=sum(len(s) for s in seqs), row_tokens=len(ids))
+
+
+def plan_packed_batches(groups: Sequence[Sequence[int]], costs: Sequence[int], sizes: Sequence[int] | None = None, *,
+                        token_budget: int, max_batch_size: float = float("inf")) -> list[list[int]]:
+    """Groups (indices into ``groups``) cut into packed batches, largest first: a batch closes
+    when the next group would bring its row over ``token_budget`` tokens (``costs[g]``: the
+    group's tokens in a row) or its sequences over ``max_batch_size``; a group over the budget
+    has a batch of its own. Every group appears once. O(g log g)."""
+    order = sorted(range(len(groups)), key=lambda g: -costs[g])
+    sizes = sizes if sizes is not None else [len(g) for g in groups]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    tokens = count = 0
+    for g in order:
+        if current and (tokens + costs[g] > token_budget or count + sizes[g] > max_batch_size):
+            batches.append(current)
+            current, tokens, count = [], 0, 0
+        current.append(g)
+        tokens += costs[g]
+        count += sizes[g]
+    if current:
+        batches.append(current)
+    return batches
+
+
+def rewards_at(hidden, batch: PackedBatch, head):
+    """One reward per input sequence: ``head`` at its last token in the row (hidden (1, T, h))."""
+    picked = hidden[0, batch.last]  # (n, hidden)
+    weight = getattr(head, "weight", None)
+    if weight is not None and weight.dtype != picked.dtype:
+        picked = picked.to(weight.dtype)
+    return head(picked).squeeze(-1)
+
+
+def packed_backend(device) -> str:
+    """``segments`` on CPU; on CUDA ``flash`` when flash-attn imports, else ``flex``
+    (``CHEEMS_PACKED_ATTENTION`` overrides)."""
+    forced = os.environ.get("CHEEMS_PACKED_ATTENTION")
+    if forced:
+        if forced not in BACKENDS:
+            raise CheemsInputError(f"CHEEMS_PACKED_ATTENTION must be one of {', '.join(BACKENDS)}, got {forced!r}")
+        return forced
+    if not str(device).startswith("cuda"):
+        return "segments"
+    try:
+        import flash_attn  # noqa: F401
+    except ImportError:
+        return "flex"
+    return "flash"
+
+
+# ---------------------------------------------------------------------------- attention
+
+def _segments_attention(query, key, value, batch: PackedBatch, scaling, dropout: float):
+    """SDPA per block: a prefix attends causally to itself; a member's tokens attend to their
+    group's prefix and causally to their own earlier tokens. (1, H, T, D) in, (1, T, H, D) out."""
+    torch = require_torch()
+    import torch.nn.functional as F
+
+    gqa = query.shape[1] != key.shape[1]
+    cascade = _cpu_cascade_op(query)
+    pieces = []
+
+    def attend(q0, q1, keys, values, mask=None):
+        out = F.scaled_dot_product_attention(query[:, :, q0:q1], keys, values, attn_mask=mask,
+                                             is_causal=mask is None, dropout_p=dropout, scale=scaling,
+                                             enable_gqa=gqa)
+        pieces.append(out)
+
+    for g in batch.groups:
+        s, p = g.start, g.prefix
+        if p:
+            attend(s, s + p, key[:, :, s:s + p], value[:, :, s:s + p])
+        if p and cascade is not None:
+            pieces.append(_cascade_members(cascade, query, key, value, g, scaling))
+            continue
+        for a, n in g.members:
+            if not p:
+                attend(a, a + n, key[:, :, a:a + n], value[:, :, a:a + n])
+                continue
+            masks = batch.cache.setdefault("masks", {})
+            mask = masks.get((p, n))
+            if mask is None:  # the prefix, then a causal triangle of the member's own tokens
+                own = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
+                mask = masks[(p, n)] = torch.cat([torch.ones(n, p, dtype=torch.bool, device=query.device), own], 1)
+            attend(a, a + n, torch.cat([key[:, :, s:s + p], key[:, :, a:a + n]], 2),
+                   torch.cat([value[:, :, s:s + p], value[:, :, a:a + n]], 2), mask)
+    return torch.cat(pieces, dim=2).transpose(1, 2).contiguous()
+
+
+def _cpu_cascade_op(query):
+    """PyTorch's CPU flash-attention op that also returns the log-sum-exp of each query's
+    scores, when a shared prefix can use it: CPU, no gradients wanted (scoring); else None."""
+    import torch
+
+    if query.is_cuda or (torch.is_grad_enabled() and query.requires_grad):
+        return None
+    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _cascade_members(op, query, key, value, g: Group, scaling):
+    """A group's member tokens attending to the prefix and causally to themselves, as a cascade:
+    every member query against the prefix keys in one call, each member against its own keys
+    (causal), the two softmaxes merged by their log-sum-exps. (1, H, sum of lengths, D)."""
+    import torch
+
+    s, p = g.start, g.prefix
+    first, end = g.members[0][0], g.members[-1][0] + g.members[-1][1]
+    rep = query.shape[1] // key.shape[1]
+    kv = [t.repeat_interleave(rep, 1) if rep > 1 else t for t in (key, value)]
+    to_prefix, lse_prefix = op(query[:, :, first:end], kv[0][:, :, s:s + p], kv[1][:, :, s:s + p], 0.0, False,
+                               scale=scaling)
+    merged = []
+    for a, n in g.members:
+        own, lse_own = op(query[:, :, a:a + n], kv[0][:, :, a:a + n], kv[1][:, :, a:a + n], 0.0, True, scale=scaling)
+        o1, l1 = to_prefix[:, :, a - first:a - first + n], lse_prefix[:, :, a - first:a - first + n]
+        top = torch.maximum(l1, lse_own)
+        w1, w2 = (l1 - top).exp().unsqueeze(-1), (lse_own - top).exp().unsqueeze(-1)
+        merged.append((o1 * w1 + own * w2) / (w1 + w2))
+    return torch.cat(merged, dim=2)
+
+
+def _flash_attention(query, key, value, batch: PackedBatch, scaling, dropout: float):
+    """flash-attn's varlen kernel over the row's sequences (no shared prefixes)."""
+    torch = require_torch()
+    from flash_attn import flash_attn_varlen_func
+
+    cu = batch.cache.get("cu_seqlens")
+    if cu is None:
+        spans = [n for g in batch.groups for _, n in g.members]
+        cu = batch.cache["cu_seqlens"] = torch.tensor([0, *torch.tensor(spans).cumsum(0).tolist()],
+                                                      dtype=torch.int32, device=query.device)
+        batch.cache["max_seqlen"] = max(spans)
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (T, heads, D)
+    out = flash_attn_varlen_func(q, k, v, cu, cu, batch.cache["max_seqlen"], batch.cache["max_seqlen"],
+                                 dropout_p=dropout, softmax_scale=scaling, causal=True)
+    return out.unsqueeze(0)  # (1, T, H, D)
+
+
+def _token_labels(batch: PackedBatch, device):
+    """Per row token: its block, its segment (the prefix is a segment) and whether it is a prefix token."""
+    torch = require_torch()
+    block, segment, prefix = [], [], []
+    seg = 0
+    for b, g in enumerate(batch.groups):
+        if g.prefix:
+            block += [b] * g.prefix
+            segment += [seg] * g.prefix
+            prefix += [True] * g.prefix
+            seg += 1
+        for _, n in g.members:
+            block += [b] * n
+            segment += [seg] * n
+            prefix += [False] * n
+            seg += 1
+    as_tensor = lambda xs, dt: torch.tensor(xs, dtype=dt, device=device)  # noqa: E731
+    return as_tensor(block, torch.int32), as_tensor(segment, torch.int32), as_tensor(prefix, torch.bool)
+
+
+_FLEX = {}
+
+
+def _flex_attention(query, key, value, batch: PackedBatch, scaling, dropout: float):
+    """PyTorch flex attention with the row's block-sparse mask (compiled on CUDA)."""
+    torch = require_torch()
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if dropout:
+        raise CheemsInputError("packed flex attention has no dropout; set the model's attention_dropout to 0")
+    block_mask = batch.cache.get("block_mask")
+    if block_mask is None:
+        block, segment, prefix = _token_labels(batch, query.device)
+
+        def mask_mod(b, h, q, kv):
+            return (block[q] == block[kv]) & (kv <= q) & (prefix[kv] | (segment[q] == segment[kv]))
+
+        t = query.shape[2]
+        block_mask = batch.cache["block_mask"] = create_block_mask(mask_mod, None, None, t, t,
+                                                                   device=str(query.device))
+    fn = flex_attention
+    if query.is_cuda:
+        fn = _FLEX.get("compiled") or _FLEX.setdefault("compiled", torch.compile(flex_attention, dynamic=True))
+    out = fn(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2).contiguous()
+
+
+def packed_attention(module, query, key, value, attention_mask, scaling=None, dropout: float = 0.0,
+                     sliding_window=None, cheems_packing: PackedBatch | None = None, **kwargs):
+    """The ``cheems_packed`` attention function (transformers' AttentionInterface signature):
+    query (1, heads, T, D), key and value (1, kv heads, T, D) of a packed row; returns
+    (attention output (1, T, heads, D), None)."""
+    if cheems_packing is None:
+        raise CheemsInputError("the model runs packed attention but was called without a packed batch")
+    if sliding_window is not None:
+        longest = max(g.prefix + n for g in cheems_packing.groups for _, n in g.members)
+        if longest > sliding_window:
+            raise CheemsInputError("packing does not support sliding-window attention over sequences longer than "
+                                   f"the window ({sliding_window}); run without packing (--no-packing)")
+    if cheems_packing.backend == "segments":
+        import torch
+
+        run = torch.compiler.disable(_segments_attention)  # a compiled layer breaks its graph here
+        return run(query, key, value, cheems_packing, scaling, dropout), None
+    run = {"flash": _flash_attention, "flex": _flex_attention}[cheems_packing.backend]
+    return run(query, key, value, cheems_packing, scaling, dropout), None
+
+
+def use_packed_attention(model) -> bool:
+    """Switch ``model`` (a transformers model, or one inside a peft wrapper) to the packed
+    attention and return True; it must then be called with a `PackedBatch`'s
+    ``forward_kwargs``, and no attention mask is built (the layout travels with the batch).
+    False, and the model unchanged, for an architecture whose attention cannot be switched."""
+    require_torch()
+    from transformers import AttentionInterface
+
+    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    if not getattr(core, "_supports_attention_backend", False):
+        return False
+    AttentionInterface.register(ATTENTION_NAME, packed_attention)
+    if core.config._attn_implementation != ATTENTION_NAME:
+        core._cheems_padded_attention = core.config._attn_implementation  # for padded_attention
+    core.config._attn_implementation = ATTENTION_NAME
+    return True
+
+
+@contextlib.contextmanager
+def padded_attention(model):
+    """Within the block, ``model`` runs the attention it had before `use_packed_attention`
+    (right-padded batches with a mask); a model never switched is left as it is."""
+    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(core, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != ATTENTION_NAME:
+        yield
+        return
+    config._attn_implementation = getattr(core, "_cheems_padded_attention", None) or "sdpa"
+    try:
+        yield
+    finally:
+        config._attn_implementation = ATTENTION_NAME

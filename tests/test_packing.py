@@ -1,0 +1,294 @@
+"""Padding-free batches (cheems.models.packing): the packed row's layout, the packed attention
+against a dense masked reference, and packed against padded scoring and training.
+
+Reference for the attention: one SDPA call over the whole row with an explicit boolean mask
+built token by token from the rule "same block, not in the future, and either a prefix token or
+the query's own sequence". Reference for models: right-padded batches (the path cheems has
+always scored and trained with, itself checked against transformers' own pooling in
+tests/test_transformers_rm.py). All in float32 on CPU.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
+    causal_lm_model,
+    seq_cls_model,
+    single_torch_thread,
+    tiny_models_root,
+    tiny_prompts,
+    tiny_texts,
+    torch,
+    v_head_file_model,
+)
+
+from cheems.models.packing import (common_prefix, pack_sequences, packed_attention, packed_cost,
+                                   plan_packed_batches, use_packed_attention)
+from cheems.records import CheemsInputError
+from cheems.scoring.transformers_rm import load_reward_model, score_items
+from cheems.training.batching import batch_stats, greedy_prompt_batches, synthetic_preference_items
+from cheems.training.loss import bradley_terry_loss
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+ATOL = 1e-5  # packed vs padded, fp32
+
+
+# ----------------------------------------------------------------------------- the row's layout
+
+token_lists = st.lists(st.lists(st.integers(1, 4), min_size=1, max_size=9), min_size=1, max_size=7)
+
+
+@st.composite
+def sequences_and_groups(draw):
+    """Sequences cut into groups; most groups' members start with a common prefix of their own."""
+    seqs = draw(token_lists)
+    order = draw(st.permutations(range(len(seqs))))
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(seqs) - 1)), max_size=len(seqs))))
+    groups, start = [], 0
+    for c in cuts + [len(seqs)]:
+        if c > start:
+            groups.append(list(order[start:c]))
+            start = c
+    for members in groups:
+        shared = draw(st.lists(st.integers(1, 4), max_size=6))
+        for i in members:
+            seqs[i] = shared + seqs[i]
+    return seqs, groups
+
+
+def plain_common_prefix(seqs) -> int:
+    if len(seqs) < 2:
+        return 0
+    k = 0
+    while all(len(s) > k + 1 for s in seqs) and len({s[k] for s in seqs}) == 1:
+        k += 1
+    return k
+
+
+@given(sequences_and_groups())
+def test_each_sequence_is_its_groups_prefix_then_its_own_tokens(case):
+    seqs, groups = case
+    batch = pack_sequences(seqs, "cpu", groups=groups)
+    row, pos, last = batch.input_ids[0].tolist(), batch.position_ids[0].tolist(), batch.last.tolist()
+    assert [sorted(i for g in groups for i in g)] == [list(range(len(seqs)))]
+    assert batch.real_tokens == sum(map(len, seqs))
+    assert batch.row_tokens == len(row) == sum(packed_cost([seqs[i] for i in g], True) for g in groups)
+    for members, g in zip(groups, batch.groups):
+        assert g.prefix == common_prefix([seqs[i] for i in members]) == plain_common_prefix([seqs[i] for i in members])
+        for i, (start, n) in zip(members, g.members):
+            rebuilt = row[g.start:g.start + g.prefix] + row[start:start + n]
+            assert rebuilt == seqs[i]
+            assert pos[g.start:g.start + g.prefix] + pos[start:start + n] == list(range(len(seqs[i])))
+            assert last[i] == start + n - 1 and n >= 1
+
+
+@given(token_lists)
+def test_without_groups_the_row_is_the_sequences_end_to_end(seqs):
+    batch = pack_sequences(seqs, "cpu")
+    assert batch.input_ids[0].tolist() == [t for s in seqs for t in s]
+    assert batch.position_ids[0].tolist() == [p for s in seqs for p in range(len(s))]
+    assert batch.row_tokens == batch.real_tokens
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(CheemsInputError, match="backend"):
+        pack_sequences([[1, 2]], "cpu", backend="magic")
+
+
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 4)), min_size=1, max_size=30),
+       st.integers(1, 120), st.integers(1, 9))
+def test_planned_packed_batches_keep_the_budget(groups, budget, max_size):
+    costs = [c for c, _ in groups]
+    sizes = [n for _, n in groups]
+    batches = plan_packed_batches([[0] * n for n in sizes], costs, sizes, token_budget=budget,
+                                  max_batch_size=max_size)
+    assert sorted(g for b in batches for g in b) == list(range(len(groups)))
+    for b in batches:
+        assert len(b) == 1 or (sum(costs[g] for g in b) <= budget and sum(sizes[g] for g in b) <= max_size)
+
+
+@given(st.integers(0, 10_000), st.integers(300, 4000), st.integers(2, 16))
+@settings(max_examples=15, deadline=None)
+def test_packed_training_batches_keep_the_row_budget(seed, budget, batch_size):
+    items, ranks = synthetic_preference_items(40, seed=seed)
+    batches = greedy_prompt_batches(items, batch_size=batch_size, token_budget=budget, seed=seed, packed=True)
+    assert sorted(i for b in batches for i in b) == list(range(len(items)))
+    for b in batches:
+        assert len(b) <= batch_size
+        assert len(b) == 1 or sum(items[i][2] for i in b) <= budget
+    stats = batch_stats(batches, items, {}, packed=True)
+    assert stats["padding_share"] == 0 and stats["padded_tokens"] == stats["real_tokens"]
+
+
+# ----------------------------------------------------------------------------- attention
+
+def dense_reference(query, key, value, batch, scaling):
+    """One SDPA over the whole row, the mask written out token by token."""
+    block, segment, prefix = [], [], []
+    seg = 0
+    for b, g in enumerate(batch.groups):
+        block += [b] * g.prefix
+        segment += [seg] * g.prefix
+        prefix += [True] * g.prefix
+        seg += 1
+        for _, n in g.members:
+            block += [b] * n
+            segment += [seg] * n
+            prefix += [False] * n
+            seg += 1
+    t = len(block)
+    mask = torch.tensor([[block[q] == block[k] and k <= q and (prefix[k] or segment[q] == segment[k])
+                          for k in range(t)] for q in range(t)])
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
+                                                           enable_gqa=query.shape[1] != key.shape[1])
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("backend,grad", [("segments", False), ("segments", True), ("flex", False)])
+@given(case=sequences_and_groups(), heads=st.sampled_from([(4, 4), (4, 2), (2, 1)]), seed=st.integers(0, 99))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_packed_attention_equals_the_dense_masked_reference(backend, grad, case, heads, seed):
+    """Without gradients a shared prefix runs as a cascade of two softmaxes; with them, as
+    one masked SDPA per member, whose gradients must match the reference's too."""
+    seqs, groups = case
+    batch = pack_sequences(seqs, "cpu", groups=groups, backend=backend)
+    t, (h, kv), d = batch.row_tokens, heads, 8
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, n, t, d, generator=g).requires_grad_(grad) for n in (h, kv, kv))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # flex attention's note that it runs uncompiled on CPU
+        out, _ = packed_attention(None, q, k, v, None, scaling=d ** -0.5, cheems_packing=batch)
+    reference = dense_reference(q, k, v, batch, d ** -0.5)
+    assert out.shape == (1, t, h, d)
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    if grad:
+        weights = torch.randn(out.shape, generator=g)
+        got = torch.autograd.grad((out * weights).sum(), (q, k, v))
+        want = torch.autograd.grad((reference * weights).sum(), (q, k, v))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_packed_attention_needs_its_batch():
+    q = torch.zeros(1, 2, 3, 4)
+    with pytest.raises(CheemsInputError, match="without a packed batch"):
+        packed_attention(None, q, q, q, None)
+
+
+# ----------------------------------------------------------------------------- scoring
+
+def _items(prompts, n_prompts=6):
+    return [(p.prompt, r.content) for p in prompts[:n_prompts] for r in p.responses]
+
+
+@pytest.fixture(scope="module", params=["seq-cls", "v-head"])
+def model_folder(request, seq_cls_model, v_head_file_model):
+    return seq_cls_model if request.param == "seq-cls" else v_head_file_model.dir
+
+
+def test_packed_scores_equal_padded_scores_for_both_layouts(model_folder, tiny_prompts):
+    items = _items(tiny_prompts)
+    padded = load_reward_model(model_folder, max_length=300, packing=False)
+    shared = load_reward_model(model_folder, max_length=300, packing=True, share_prefix=True)
+    unshared = load_reward_model(model_folder, max_length=300, packing=True, share_prefix=False)
+    assert not padded.packing and shared.packing and unshared.packing
+    reference = padded.score(items, token_budget=1024, batch_size=8)
+    for rm, budget in ((shared, 1024), (unshared, 1024), (shared, 300), (shared, 10_000)):
+        scores = rm.score(items, token_budget=budget, batch_size=8)
+        assert scores == pytest.approx(reference, abs=ATOL), (rm.share_prefix, budget)
+
+
+def test_a_shared_prefix_saves_tokens_and_keeps_scores(seq_cls_model, tiny_prompts):
+    rm = load_reward_model(seq_cls_model, max_length=4096, packing=True, share_prefix=True)
+    p = tiny_prompts[0]
+    seqs = [rm.encode(p.prompt, r.content) for r in p.responses]
+    prefix = common_prefix(seqs)
+    assert prefix > 5  # the chat template and the prompt
+    alone = [rm.score_packed([s])[0] for s in seqs]
+    together = rm.score_packed(seqs, [list(range(len(seqs)))])
+    assert together == pytest.approx(alone, abs=ATOL)
+    assert pack_sequences(seqs, "cpu", groups=[list(range(len(seqs)))]).row_tokens == \
+        sum(map(len, seqs)) - (len(seqs) - 1) * prefix
+
+
+def test_identical_conversations_are_scored_once_with_the_same_score(seq_cls_model, tiny_prompts):
+    rm = load_reward_model(seq_cls_model, max_length=300)
+    items = _items(tiny_prompts, 3)
+    doubled = items + items[::-1]
+    calls = []
+    original = rm.score_packed
+
+    def counting(seqs, groups=None):
+        calls.append(len(seqs))
+        return original(seqs, groups)
+
+    rm.score_packed = counting
+    scores = score_items(rm, doubled, token_budget=1024, batch_size=8)
+    assert sum(calls) == len(set(doubled)) < len(doubled)
+    one_by_one = [original([rm.encode(*it)])[0] for it in doubled]
+    assert scores == pytest.approx(one_by_one, abs=ATOL)
+
+
+# ----------------------------------------------------------------------------- training
+
+def _reward_model(arch: str, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForSequenceClassification, Qwen2Config, Qwen2ForSequenceClassification
+
+    from cheems.training.reward_model import RewardModel
+
+    cls_config, cls_model = {"qwen2": (Qwen2Config, Qwen2ForSequenceClassification),
+                             "llama": (LlamaConfig, LlamaForSequenceClassification)}[arch]
+    config = cls_config(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=64, num_labels=1, pad_token_id=0)
+    torch.manual_seed(seed)
+    return RewardModel(cls_model(config))
+
+
+def _loss_and_grads(reward_model, seqs, better, worse, *, packing: bool):
+    from cheems.training.trainer import batch_rewards
+
+    reward_model.zero_grad()
+    rewards = batch_rewards(reward_model, seqs, packing=packing, pad_id=0, device="cpu")
+    loss, _ = bradley_terry_loss(rewards, torch.tensor(better), torch.tensor(worse), reg_coef=0.1)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in reward_model.named_parameters() if p.grad is not None}
+    return rewards.detach(), loss.detach(), grads
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_packed_training_gives_the_padded_rewards_loss_and_gradients(arch, checkpointing):
+    import copy
+
+    padded = _reward_model(arch)
+    packed = copy.deepcopy(padded)
+    assert use_packed_attention(packed.inner)
+    for m in (padded, packed):
+        m.train()
+        if checkpointing:
+            (getattr(m.inner, "activation_checkpointing_enable", None) or m.inner.gradient_checkpointing_enable)()
+    g = torch.Generator().manual_seed(3)
+    lengths = [5, 17, 9, 1, 12, 30]
+    seqs = [torch.randint(1, 120, (n,), generator=g).tolist() for n in lengths]
+    better, worse = [0, 1, 2, 4], [1, 3, 5, 5]
+    r0, l0, g0 = _loss_and_grads(padded, seqs, better, worse, packing=False)
+    r1, l1, g1 = _loss_and_grads(packed, seqs, better, worse, packing=True)
+    torch.testing.assert_close(r1, r0, atol=ATOL, rtol=1e-5)
+    torch.testing.assert_close(l1, l0, atol=ATOL, rtol=1e-5)
+    assert g0.keys() == g1.keys() and len(g0) > 10
+    for name in g0:
+        torch.testing.assert_close(g1[name], g0[name], atol=1e-5, rtol=1e-4, msg=name)
+    assert max(g.abs().max().item() for g in g0.values()) > 1e-4  # the gradients are not all zero
+
+
+def test_padded_batches_still_run_on_a_packed_model(seq_cls_model, tiny_prompts):
+    rm = load_reward_model(seq_cls_model, max_length=200)
+    seqs = [rm.encode(p.prompt, r.content) for p in tiny_prompts[:2] for r in p.responses]
+    assert rm.packing
+    assert rm.score_ids(seqs) == pytest.approx(rm.score_packed(seqs), abs=ATOL)
