@@ -10,8 +10,9 @@ Items are ``(prompt_index, response_index, length)`` tuples; a batcher returns b
 lists of positions in ``items``. Limits are ``batch_size`` (most sequences in a batch) and/or
 ``token_budget``: the most padded tokens (the longest sequence in the batch times its size),
 or with ``packed`` the most tokens of the packed row (the sum of the lengths, see
-:mod:`cheems.models.packing`); a single sequence over the budget stands alone. ``pairs_by_prompt`` maps a prompt index to its
-training pairs as ``(better, worse)`` response indices (see `cheems.records.ranked_pairs`).
+:mod:`cheems.models.packing`); a single sequence over the budget stands alone.
+``pairs_by_prompt`` maps a prompt index to its training pairs as ``(better, worse)`` response
+indices (see `cheems.records.ranked_pairs`).
 
 - `greedy_prompt_batches`: ours; keeps each prompt's responses in one batch, length-grouped.
 - `official_greedy_batches`: the official trainer's sampler (prompts split at batch ends).
