@@ -34,7 +34,7 @@ def test_train_with_flags_then_eval_the_output(workdir):
     r = _cli(workdir, "train", "--model", "tiny", "--train", "bench.jsonl", "--eval", "bench.jsonl",
              "--output", "run1", "--epochs", "1", "--learning-rate", "1e-3", "--gradient-accumulation", "1")
     assert r.returncode == 0, r.stderr
-    assert "trained" in r.stdout and "final eval: Overall" in r.stdout
+    assert "trained" in r.stdout and "final eval: Overall" in r.stdout and "padding 0.0%" in r.stdout
     summary = json.loads((workdir / "run1" / "train_summary.json").read_text(encoding="utf-8"))
     assert summary["pairs"] > 0 and summary["steps"] > 0
     e = _cli(workdir, "eval", "bench.jsonl", "--model", "run1", "--json", "e.json", "--bootstrap", "0")
@@ -45,11 +45,13 @@ def test_train_with_flags_then_eval_the_output(workdir):
 
 def test_train_yaml_config_and_command_line_override(workdir):
     (workdir / "train.yaml").write_text("model: tiny\ntrain: bench.jsonl\noutput: run2\nepochs: 5\n"
-                                        "learning_rate: 0.001\ngradient_accumulation: 1\n", encoding="utf-8")
-    r = _cli(workdir, "train", "--config", "train.yaml", "--epochs", "1")
+                                        "learning_rate: 0.001\ngradient_accumulation: 1\npacking: true\n",
+                                        encoding="utf-8")
+    r = _cli(workdir, "train", "--config", "train.yaml", "--epochs", "1", "--no-packing")
     assert r.returncode == 0, r.stderr
     summary = json.loads((workdir / "run2" / "train_summary.json").read_text(encoding="utf-8"))
-    assert summary["epochs"] == 1  # the flag won over the file
+    assert summary["epochs"] == 1  # the flags won over the file
+    assert summary["padding_share"] > 0.1  # right-padded batches
 
 
 def test_train_bad_input_is_one_line(workdir):
@@ -58,3 +60,6 @@ def test_train_bad_input_is_one_line(workdir):
     (workdir / "bad.yaml").write_text("model: tiny\ntrain: bench.jsonl\noutput: y\nlearning_rat: 1\n", encoding="utf-8")
     r = _cli(workdir, "train", "--config", "bad.yaml")
     assert r.returncode == 2 and "learning_rat" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(workdir, "train", "--model", "tiny", "--train", "bench.jsonl", "--output", "z", "--liger-kernels")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "Liger" in r.stderr and "CUDA" in r.stderr and not (workdir / "z").exists(), r.stderr

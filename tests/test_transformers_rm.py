@@ -617,12 +617,14 @@ def test_cli_score_warnings_count_each_response_once(cli_bench, cli_scored):
 
 
 def test_cli_eval_with_scores_file_equals_eval_with_model(cli_bench, cli_scored):
+    """The scores file came from packed rows with shared prefixes (the default); eval --model
+    scores again in right-padded batches (--no-packing): the same numbers."""
     assert cli_scored.run.returncode == 0, cli_scored.run.stderr
     d = cli_bench.dir
     a = cheems(d, "eval", "bench.jsonl", "--scores", cli_scored.scores, "--json", "a.json", timeout=60)
     assert a.returncode == 0, a.stderr
     b = cheems(d, "eval", "bench.jsonl", "--model", cli_scored.model.dir, "--max-length", CLI_MAX_LENGTH,
-               "--json", "b.json")
+               "--json", "b.json", "--no-packing")
     assert b.returncode == 0, b.stderr
     ra = json.loads((d / "a.json").read_text(encoding="utf-8"))
     rb = json.loads((d / "b.json").read_text(encoding="utf-8"))
