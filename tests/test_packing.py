@@ -129,22 +129,16 @@ def test_packed_training_batches_keep_the_row_budget(seed, budget, batch_size):
 # ----------------------------------------------------------------------------- attention
 
 def dense_reference(query, key, value, batch, scaling):
-    """One SDPA over the whole row, the mask written out token by token."""
-    block, segment, prefix = [], [], []
-    seg = 0
-    for b, g in enumerate(batch.groups):
-        block += [b] * g.prefix
-        segment += [seg] * g.prefix
-        prefix += [True] * g.prefix
-        seg += 1
-        for _, n in g.members:
-            block += [b] * n
-            segment += [seg] * n
-            prefix += [False] * n
-            seg += 1
-    t = len(block)
-    mask = torch.tensor([[block[q] == block[k] and k <= q and (prefix[k] or segment[q] == segment[k])
-                          for k in range(t)] for q in range(t)])
+    """One SDPA over the whole row, the mask written block by block: a prefix sees itself
+    causally; a member sees its group's whole prefix and itself causally; nothing else."""
+    t = batch.row_tokens
+    mask = torch.zeros(t, t, dtype=torch.bool)
+    for g in batch.groups:
+        s, p = g.start, g.prefix
+        mask[s:s + p, s:s + p] = torch.ones(p, p, dtype=torch.bool).tril()
+        for a, n in g.members:
+            mask[a:a + n, s:s + p] = True
+            mask[a:a + n, a:a + n] = torch.ones(n, n, dtype=torch.bool).tril()
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling,
                                                            enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2)
