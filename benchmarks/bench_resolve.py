@@ -47,7 +47,7 @@ def main() -> None:
     core = []
     for _ in range(args.repeat):
         t = time.perf_counter()
-        resolve_arrays(int(offsets[-1]), src, dst)
+        resolve_arrays(int(offsets[-1]), src, dst, offsets)
         core.append(time.perf_counter() - t)
 
     t = time.perf_counter()

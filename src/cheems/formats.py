@@ -32,6 +32,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from operator import itemgetter, ne
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -297,10 +298,11 @@ def _parse_general(obj: dict) -> Prompt:
         raise CheemsInputError("responses must be a list", field="responses")
     if not raw:
         raise CheemsInputError("response list is empty", field="responses")
-    responses = []
-    plain = True
-    derived = True  # every response id made from its content (then the row id reuses them)
-    for i, r in enumerate(raw):
+    fast = _plain_responses(raw)
+    responses = fast or []
+    plain = fast is None
+    derived = fast is None  # every response id made from its content (then the row id reuses them)
+    for i, r in enumerate(raw if fast is None else ()):
         if type(r) is dict:
             plain = False
             content, rid, model = r.get("content"), r.get("id"), r.get("model")
@@ -329,10 +331,48 @@ def _parse_general(obj: dict) -> Prompt:
     if rank is None and plain and "comparisons" not in obj and "triples" not in obj \
             and "annotations" not in obj:
         rank = {r.id: i for i, r in enumerate(responses)}  # ranked list, best first
-    comparisons = _comparisons(obj, {r.id for r in responses})
+    comparisons = _comparisons(obj, {r.id: r.id for r in responses})
     extra = {k: v for k, v in obj.items() if k not in CONSUMED}
     return Prompt(_row_id(obj, prompt, responses, derived=derived), prompt, responses, rank, comparisons,
                   category_field(obj), subset_field(obj), extra)
+
+
+_GET_ID, _GET_CONTENT = itemgetter("id"), itemgetter("content")
+_GET_A, _GET_B, _GET_LABEL = itemgetter("a"), itemgetter("b"), itemgetter("label")
+
+
+def _plain_responses(raw: list) -> list[Response] | None:
+    """The responses of a list of plain ``{id, content}`` objects (both strings, no other key),
+    read without a Python loop; None for any other list (the careful loop then reads it and
+    names a fault). O(n)."""
+    if set(map(type, raw)) != {dict} or set(map(len, raw)) != {2}:
+        return None
+    try:
+        ids, contents = list(map(_GET_ID, raw)), list(map(_GET_CONTENT, raw))
+    except KeyError:
+        return None
+    if set(map(type, ids)) != {str} or set(map(type, contents)) != {str}:
+        return None
+    return list(map(Response, ids, contents))
+
+
+def _plain_comparisons(raw: list, known: dict[str, str]) -> list[Comparison] | None:
+    """The comparisons of a list of plain ``{a, b, label}`` objects (no other key) with a known
+    label and two different ``known`` responses, read without a Python loop; None for any
+    other list (the careful loop then reads it and names a fault). Ids and labels are taken
+    from ``known`` (id -> the response's own id string) and :data:`LABELS`, so a prompt holds
+    one string per id, not one per mention. O(n)."""
+    if set(map(type, raw)) != {dict} or set(map(len, raw)) != {3}:
+        return None
+    try:
+        a, b = list(map(known.__getitem__, map(_GET_A, raw))), list(map(known.__getitem__, map(_GET_B, raw)))
+        label = list(map(_LABEL_STRINGS.__getitem__, map(_GET_LABEL, raw)))
+    except (KeyError, TypeError):  # a missing key, an unknown or unhashable id or label
+        return None
+    return list(map(Comparison, a, b, label)) if all(map(ne, a, b)) else None
+
+
+_LABEL_STRINGS = {label: label for label in LABELS}
 
 
 def _extra(obj: dict, consumed: frozenset) -> dict:
@@ -355,7 +395,7 @@ def _rank(raw: Any, responses: list[Response]) -> dict[str, int] | None:
 _LABELS = frozenset(LABELS)
 
 
-def _comparison_error(i: int, c: Any, known: set[str]) -> tuple[str, str, str]:
+def _comparison_error(i: int, c: Any, known: dict[str, str]) -> tuple[str, str, str]:
     """Check comparison ``i`` slowly: raise the precise error, or return (a, b, label) with
     ids given as integers turned into strings."""
     if not isinstance(c, dict):
@@ -368,21 +408,26 @@ def _comparison_error(i: int, c: Any, known: set[str]) -> tuple[str, str, str]:
     return a, b, label
 
 
-def _known(rid: Any, known: set[str], field: str) -> str:
+def _known(rid: Any, known: dict[str, str], field: str) -> str:
     """``rid`` as a string, checked against the ``known`` response ids."""
     rid = str(rid)
     check_known_response(rid, known, field=field)
     return rid
 
 
-def _comparisons(obj: dict, known: set[str]) -> list[Comparison]:
+def _comparisons(obj: dict, known: dict[str, str]) -> list[Comparison]:
     """The row's comparisons from ``comparisons``, ``annotations`` and ``triples``, each
-    checked against the row's response ids so an error names the field it came from."""
+    checked against the row's response ids (``known``: id -> itself) so an error names the
+    field it came from."""
     out: list[Comparison] = []
     raw = obj.get("comparisons")
     if raw is not None:
         if not isinstance(raw, list):
             raise CheemsInputError("comparisons must be a list", field="comparisons")
+        plain = _plain_comparisons(raw, known)
+        if plain is not None:
+            out = plain
+            raw = ()
         for i, c in enumerate(raw):
             try:  # fast path for well-formed rows; anything odd is explained by _comparison_error
                 a, b, label = c["a"], c["b"], c["label"]

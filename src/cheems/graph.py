@@ -7,17 +7,17 @@ topologically; each response ranked by its layer (0 = best, merged members share
 
 Merging cycles until none remain gives exactly the strongly connected components, and
 Kahn's layer-by-layer topological sort puts a node at the length of the longest path that
-ends in it. Both are computed for all prompts at once: the prompts' graphs form one sparse
-block-diagonal graph, SCCs come from scipy's Tarjan-style ``connected_components`` and the
-layers from a vectorised longest-path relaxation. Cost O(V + E·L) with L the longest chain
-(at most the number of responses of a prompt).
+ends in it. Both are computed for all prompts at once on one block-diagonal graph: prompts
+of at most 64 responses as bit sets (Warshall's closure, numpy alone, no scipy start-up
+cost), larger ones with scipy's Tarjan-style ``connected_components`` and a vectorised Kahn
+sort. Cost O(E + Σ n_p² + V·L) with n_p a prompt's responses and L the longest chain.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from itertools import chain
+from itertools import chain, count, islice, repeat
 from operator import attrgetter
 from dataclasses import dataclass
 
@@ -25,8 +25,8 @@ import numpy as np
 from cheems.io import gc_paused
 from cheems.records import Prompt
 
-__all__ = ["LABEL_CODE", "Resolution", "annotation_tasks", "comparison_arrays", "conflict_ratio", "pair_coverage",
-           "resolve_arrays", "resolve_conflicts", "strong_components", "triple_tasks"]
+__all__ = ["BLOCK_BITS", "LABEL_CODE", "Resolution", "annotation_tasks", "comparison_arrays", "conflict_ratio",
+           "pair_coverage", "resolve_arrays", "resolve_conflicts", "strong_components", "triple_tasks"]
 
 LABEL_CODE = {"g": 0, "b": 1, "s": 2}
 
@@ -47,34 +47,122 @@ def strong_components(n_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndar
     return connected_components(g, directed=True, connection="strong")[1]
 
 
-def resolve_arrays(n_nodes: int, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def resolve_arrays(n_nodes: int, src: np.ndarray, dst: np.ndarray,
+                   offsets: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Layer ranks of a graph given as edges ``src[i] -> dst[i]`` (better -> worse).
 
     Returns ``(rank, component)``: for each node its layer in the condensation (0 for nodes
-    with no better node) and the id of its strongly connected component. Nodes of
-    different prompts must share no edge; each prompt's ranks then start at 0.
+    with no better node) and the id of its strongly connected component (ids 0..k-1, in no
+    promised order). Nodes of different prompts must share no edge; each prompt's ranks then
+    start at 0. With ``offsets`` (prompt i owns nodes ``offsets[i]:offsets[i+1]``) and at
+    most :data:`BLOCK_BITS` nodes per prompt, :func:`_block_resolve` works on bit sets with
+    numpy alone; otherwise scipy finds the components and :func:`_layers` the layers.
     """
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     if n_nodes == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if offsets is not None and int(np.diff(offsets).max(initial=0)) <= BLOCK_BITS:
+        return _block_resolve(np.asarray(offsets, np.int64), src, dst)
     comp = strong_components(n_nodes, src, dst)
     n_comp = int(comp.max()) + 1
     cs, cd = comp[src], comp[dst]
     keep = cs != cd
     cs, cd = cs[keep], cd[keep]
-    layer = np.zeros(n_comp, np.int64)
-    if len(cs):
-        order = np.argsort(cd, kind="stable")
-        cs, cd = cs[order], cd[order]
-        heads, starts = np.unique(cd, return_index=True)
-        while True:  # longest-path relaxation; converges after (longest chain + 1) rounds
-            best = np.maximum.reduceat(layer[cs] + 1, starts)
-            grow = best > layer[heads]
-            if not grow.any():
-                break
-            layer[heads[grow]] = best[grow]
-    return layer[comp], comp
+    return _layers(n_comp, cs, cd)[comp], comp
+
+
+BLOCK_BITS = 64
+"""The most nodes of one prompt that :func:`resolve_arrays` keeps in one bit set (uint64)."""
+_ONE = np.uint64(1)
+
+
+def _block_resolve(offsets: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`resolve_arrays` for prompts of at most 64 responses, on bit sets.
+
+    Bit j of a node's set stands for node j of its prompt. The descendants and ancestors
+    of every node (itself included) come from Warshall's transitive closure
+    (:func:`_closures`); two nodes share a component when each reaches the other, and the
+    component is numbered after its first node. Layers are peeled off: a node joins the
+    current layer when every ancestor outside its component is in an earlier one, so its
+    layer is its longest path. O(E + Σ n_p² + V·L) word operations for prompts of n_p
+    responses and L layers.
+    """
+    sizes = np.diff(offsets)
+    n_nodes = int(offsets[-1])
+    node_owner = np.repeat(np.arange(len(sizes)), sizes)
+    first = offsets[node_owner]
+    bit = _ONE << (np.arange(n_nodes) - first).astype(np.uint64)
+    desc, anc = bit.copy(), bit.copy()
+    np.bitwise_or.at(desc, src, bit[dst])
+    np.bitwise_or.at(anc, dst, bit[src])
+    desc, anc = _closures(np.stack([desc, anc]), offsets, sizes)
+    mutual = desc & anc  # the node's component
+    lowest = mutual & (~mutual + _ONE)  # its first node's bit; frexp reads the bit's position exactly
+    head = first + (np.frexp(lowest.astype(np.float64))[1] - 1)
+    is_head = np.zeros(n_nodes, bool)
+    is_head[head] = True
+    comp = (np.cumsum(is_head) - 1)[head]
+    above = anc & ~mutual  # ancestors outside the component
+    layer = np.zeros(n_nodes, np.int64)
+    placed = np.zeros(len(sizes), np.uint64)  # per prompt, the nodes in a layer so far
+    ready = above == 0
+    pending = np.arange(n_nodes)
+    depth = 0
+    while len(pending):  # one layer per round; at most (longest chain + 1) rounds
+        now = pending[ready]
+        layer[now] = depth
+        np.bitwise_or.at(placed, node_owner[now], bit[now])
+        pending = pending[~ready]
+        ready = (above[pending] & ~placed[node_owner[pending]]) == 0
+        depth += 1
+    return layer, comp
+
+
+def _closures(sets: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Warshall's transitive closure of bit sets ``sets[s, v]`` (bit j: node j of v's prompt),
+    for every prompt at once, prompts of one size together: through each node k in turn,
+    whoever reaches k reaches what k reaches. O(Σ n_p²) word operations."""
+    for n in np.unique(sizes).tolist():
+        nodes = offsets[np.flatnonzero(sizes == n)] + np.arange(n)[:, None]
+        block = sets[:, nodes]  # (len(sets), n, prompts of size n): the long axis innermost
+        via = np.empty_like(block)
+        for k in range(n):
+            np.right_shift(block, np.uint64(k), out=via)
+            np.bitwise_and(via, _ONE, out=via)
+            np.multiply(via, block[:, k:k + 1], out=via)
+            np.bitwise_or(block, via, out=block)
+        sets[:, nodes] = block
+    return sets
+
+
+def _layers(n_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Length of the longest path ending in each node of the acyclic graph ``src -> dst``.
+
+    Kahn's topological sort, one generation per round for every prompt at once: a node
+    joins the frontier when its last edge from an earlier generation is removed, so its
+    round is its longest path. Each edge is visited once, O(V·L + E) for L generations.
+    """
+    layer = np.zeros(n_nodes, np.int64)
+    if not len(src):
+        return layer
+    order = np.argsort(src, kind="stable")
+    targets = dst[order]  # out-edges grouped by source, node v's at indptr[v]:indptr[v + 1]
+    indptr = np.zeros(n_nodes + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=n_nodes), out=indptr[1:])
+    indegree = np.bincount(dst, minlength=n_nodes)
+    frontier = np.flatnonzero(indegree == 0)
+    depth = 0
+    while len(frontier):
+        layer[frontier] = depth
+        start, n_out = indptr[frontier], indptr[frontier + 1] - indptr[frontier]
+        ends = np.cumsum(n_out)
+        edges = np.repeat(start - ends + n_out, n_out) + np.arange(int(ends[-1]))  # the frontier's out-edges
+        hit = targets[edges]
+        indegree -= np.bincount(hit, minlength=n_nodes)
+        frontier = np.unique(hit[indegree[hit] == 0])
+        depth += 1
+    return layer
 
 
 @dataclass
@@ -123,22 +211,18 @@ def comparison_arrays(prompts: list[Prompt]) -> tuple[np.ndarray, np.ndarray, np
     Returns ``(offsets, a, b, label_code, prompt_index, ids)``: prompt i owns nodes
     ``offsets[i]:offsets[i+1]`` in the order of its response list, whose ids are
     ``ids[offsets[i]:offsets[i+1]]``; comparison k relates nodes ``a[k]`` and ``b[k]`` with
-    label code 0 (g), 1 (b) or 2 (s).
+    label code 0 (g), 1 (b) or 2 (s). O(V + E) for V responses and E comparisons
+    (:func:`_read_fields` reads the objects, :func:`_node_indices` finds the nodes).
     """
     n = len(prompts)
-    get_responses, get_comparisons = attrgetter("responses"), attrgetter("comparisons")
-    sizes = np.fromiter(map(len, map(get_responses, prompts)), np.int64, n)
-    counts = np.fromiter(map(len, map(get_comparisons, prompts)), np.int64, n)
+    sizes, counts, labels, ids, node_first, side_first = _read_fields(prompts)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     owner = np.repeat(np.arange(n), counts)
-    comps = list(chain.from_iterable(map(get_comparisons, prompts)))
-    labels = "".join(map(attrgetter("label"), comps)).encode("ascii")
-    lab = _LABEL_TABLE[np.frombuffer(labels, np.uint8)]
-    if len(lab) != len(comps) or (lab < 0).any():
+    lab = _LABEL_TABLE[np.frombuffer(labels.encode("ascii"), np.uint8)]
+    if len(lab) != len(owner) or (lab < 0).any():
         raise ValueError("comparison labels must be validated (g, b or s) before resolving")
-    ids = list(map(attrgetter("id"), chain.from_iterable(map(get_responses, prompts))))
-    a, b = _node_indices(prompts, comps, ids, sizes, offsets, owner)
+    a, b = _node_indices(prompts, sizes, offsets, owner, node_first, side_first)
     return offsets, a, b, lab, owner, ids
 
 
@@ -146,40 +230,89 @@ _LABEL_TABLE = np.full(256, -1, np.int8)
 for _label, _code in LABEL_CODE.items():
     _LABEL_TABLE[ord(_label)] = _code
 
+_CHUNK = 256  # prompts read per round: their objects stay in the CPU cache from one field to the next
+_FIELDS = tuple(map(attrgetter, ("responses", "comparisons", "id", "label", "a", "b")))
 
-def _node_indices(prompts, comps, ids, sizes, offsets, owner) -> tuple[np.ndarray, np.ndarray]:
-    """Global node index of each comparison's two responses.
 
-    Fast path, all in numpy: each response gets the key (prompt number << 32 | 32 bits of
-    its id's string hash); node keys are sorted once and each comparison's two ids are found
-    by binary search. Should two ids of one prompt share a key, exact per-prompt
-    dictionaries are used instead.
+def _read_fields(prompts: list[Prompt]) -> tuple[np.ndarray, np.ndarray, str, list, np.ndarray, list[np.ndarray]]:
+    """The fields of every prompt's responses and comparisons, read by C-level ``map``s (no
+    Python code runs per response or comparison), a chunk of prompts at a time.
+
+    Returns ``(sizes, counts, labels, ids, node_first, [a_first, b_first])``: responses and
+    comparisons per prompt, the comparisons' labels as one string, every response id, and
+    for each response and each comparison side the global index of the first response that
+    holds its id (one dict over all ids, each string hashed once), -1 for an id no response
+    up to its own prompt holds. O(V + E).
     """
-    node_owner = np.repeat(np.arange(len(prompts), dtype=np.int64), sizes)
-    node_key = (node_owner << 32) | _hash32(ids, len(ids))
-    order = np.argsort(node_key, kind="stable")
-    sorted_key = node_key[order]
-    if len(comps) and not (sorted_key[1:] == sorted_key[:-1]).any():
-        out = []
-        for side in ("a", "b"):
-            key = (owner << 32) | _hash32(map(attrgetter(side), comps), len(comps))
-            pos = np.minimum(np.searchsorted(sorted_key, key), len(sorted_key) - 1)
-            if (sorted_key[pos] != key).any():
-                raise ValueError("a comparison names an unknown response (validate prompts first)")
-            out.append(order[pos])
-        return out[0], out[1]
-    a: list[int] = []  # exact lookups, one prompt at a time
+    get_responses, get_comparisons, get_id, get_label, get_a, get_b = _FIELDS
+    first: dict = {}
+    sizes, counts, labels, ids, node_first, a_first, b_first = [], [], [], [], [], [], []
+    for lo in range(0, len(prompts), _CHUNK):
+        part = prompts[lo:lo + _CHUNK]
+        responses = list(map(get_responses, part))
+        comparisons = list(map(get_comparisons, part))
+        sizes.append(np.fromiter(map(len, responses), np.int64, len(part)))
+        counts.append(np.fromiter(map(len, comparisons), np.int64, len(part)))
+        part_ids = list(map(get_id, chain.from_iterable(responses)))
+        node_first.append(np.fromiter(map(first.setdefault, part_ids, count(len(ids))), np.int64, len(part_ids)))
+        ids += part_ids
+        comps = list(chain.from_iterable(comparisons))
+        labels.append("".join(map(get_label, comps)))
+        a_first.append(np.fromiter(map(first.get, map(get_a, comps), repeat(-1)), np.int64, len(comps)))
+        b_first.append(np.fromiter(map(first.get, map(get_b, comps), repeat(-1)), np.int64, len(comps)))
+    join = _concatenate
+    return (join(sizes), join(counts), "".join(labels), ids, join(node_first), [join(a_first), join(b_first)])
+
+
+def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+_DENSE_SLACK = 1 << 20  # a dense (prompt, id) table may hold this many entries beyond 8 per node
+
+
+def _node_indices(prompts, sizes, offsets, owner, node_first, side_first) -> tuple[np.ndarray, np.ndarray]:
+    """Global node index of each comparison's two responses, from :func:`_read_fields`' codes.
+
+    The distinct ids are numbered 0..n_codes-1; response j of prompt i gets the key
+    ``i * n_codes + code``, each comparison side the key of its prompt and of the id it names.
+    Keys are looked up in a dense table when ``n_prompts * n_codes`` is small (ids repeat
+    across prompts, as ``r1``, ``r2``, ... do), else by binary search in the sorted node
+    keys. Should one prompt hold an id twice, exact per-prompt dictionaries are used instead
+    (the later response wins). O(V + E) with the table, O((V + E) log V) with the search.
+    """
+    n_nodes = len(node_first)
+    is_first = node_first == np.arange(n_nodes)
+    code = np.cumsum(is_first) - 1  # at a first occurrence: the number of its id
+    n_codes = int(is_first.sum())
+    node_key = np.repeat(np.arange(len(prompts), dtype=np.int64) * n_codes, sizes) + code[node_first]
+    known = [f >= 0 for f in side_first]
+    sides = [owner * n_codes + np.where(k, code[f], 0) for f, k in zip(side_first, known)]
+    n_keys = len(prompts) * n_codes
+    if n_keys <= 8 * n_nodes + _DENSE_SLACK:
+        table = np.full(n_keys, -1, np.int64)
+        table[node_key] = np.arange(n_nodes)
+        unique = np.count_nonzero(table >= 0) == n_nodes
+        found = [table[key] for key in sides] if unique else []
+        missing = any((f < 0).any() for f in found)
+    else:
+        order = np.argsort(node_key, kind="stable")
+        sorted_key = node_key[order]
+        unique = not (sorted_key[1:] == sorted_key[:-1]).any()
+        pos = [np.minimum(np.searchsorted(sorted_key, key), n_nodes - 1) for key in sides] if unique else []
+        missing = any((sorted_key[p] != key).any() for p, key in zip(pos, sides))
+        found = [order[p] for p in pos]
+    if unique:
+        if missing or not all(k.all() for k in known):
+            raise ValueError("a comparison names an unknown response (validate prompts first)")
+        return found[0], found[1]
+    a: list[int] = []  # an id repeated within a prompt: exact lookups, one prompt at a time
     b: list[int] = []
     for p, off in zip(prompts, offsets.tolist()):
         index = {r.id: off + j for j, r in enumerate(p.responses)}
         a.extend(index[c.a] for c in p.comparisons)
         b.extend(index[c.b] for c in p.comparisons)
     return np.array(a, np.int64), np.array(b, np.int64)
-
-
-def _hash32(strings, n: int) -> np.ndarray:
-    """32 bits of Python's hash of each string, as non-negative int64."""
-    return np.fromiter(map(hash, strings), np.int64, n) & 0xFFFFFFFF
 
 
 def resolve_conflicts(prompts: list[Prompt]) -> Resolution:
@@ -199,9 +332,8 @@ def _resolve(prompts: list[Prompt]) -> Resolution:
     # g: a -> b; b: b -> a; s: both ways
     src = np.concatenate([np.where(lab == 1, b, a), b[lab == 2]])
     dst = np.concatenate([np.where(lab == 1, a, b), a[lab == 2]])
-    rank, comp = resolve_arrays(n_nodes, src, dst)
-    ra, rb = rank[a], rank[b]
-    reproduced = np.where(lab == 0, ra < rb, np.where(lab == 1, rb < ra, ra == rb))
+    rank, comp = resolve_arrays(n_nodes, src, dst, offsets)
+    reproduced = np.sign(rank[a] - rank[b]) == _REPRODUCED_SIGN[lab]
     n_prompts = len(prompts)
     n_comparisons = np.bincount(owner, minlength=n_prompts)
     n_conflicts = np.bincount(owner[~reproduced], minlength=n_prompts)
@@ -213,17 +345,20 @@ def _resolve(prompts: list[Prompt]) -> Resolution:
     comp_owner = np.zeros(n_comp, np.int64)
     comp_owner[comp] = node_owner
     cyclic = np.zeros(n_comp, bool)
-    cyclic[comp[a][(lab != 2) & (comp[a] == comp[b])]] = True
+    ca = comp[a]
+    cyclic[ca[(lab != 2) & (ca == comp[b])]] = True
     n_merged = np.bincount(comp_owner[cyclic], minlength=n_prompts)
     n_tie_groups = np.bincount(comp_owner[(comp_size > 1) & ~cyclic], minlength=n_prompts)
-    rank_list = rank.tolist()
-    bounds = offsets.tolist()
-    ranks = [dict(zip(ids[lo:hi], rank_list[lo:hi])) for lo, hi in zip(bounds, bounds[1:])]
+    pairs = zip(ids, rank.tolist())  # each prompt's dict takes its responses' pairs off the front
+    ranks = list(map(dict, map(islice, repeat(pairs), np.diff(offsets).tolist())))
     compared = np.zeros(n_nodes, bool)
     compared[a] = True
     compared[b] = True
     n_uncompared = np.bincount(node_owner[~compared], minlength=n_prompts)
     return Resolution(ranks, n_comparisons, n_conflicts, n_merged, n_tie_groups, n_uncompared)
+
+
+_REPRODUCED_SIGN = np.array([-1, 1, 0])  # sign of rank(a) - rank(b) that reproduces g, b and s
 
 
 def conflict_ratio(prompts: list[Prompt], ranks: list[dict[str, int]]) -> float:
