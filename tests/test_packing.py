@@ -96,9 +96,12 @@ def test_without_groups_the_row_is_the_sequences_end_to_end(seqs):
     assert batch.row_tokens == batch.real_tokens
 
 
-def test_an_unknown_backend_is_refused():
+def test_an_unknown_backend_or_an_empty_sequence_is_refused():
     with pytest.raises(CheemsInputError, match="backend"):
         pack_sequences([[1, 2]], "cpu", backend="magic")
+    for seqs in ([], [[1], []]):
+        with pytest.raises(CheemsInputError, match="empty"):
+            pack_sequences(seqs, "cpu")
 
 
 @given(st.lists(st.tuples(st.integers(1, 50), st.integers(1, 4)), min_size=1, max_size=30),

@@ -97,6 +97,8 @@ def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Se
     torch = require_torch()
     if backend not in BACKENDS:
         raise CheemsInputError(f"packed attention backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if not seqs or any(len(s) == 0 for s in seqs):
+        raise CheemsInputError("a packed batch needs at least one sequence, none of them empty")
     if groups is None:
         groups = [[i] for i in range(len(seqs))]
     ids: list[int] = []
