@@ -25,8 +25,9 @@ import numpy as np
 from cheems.io import gc_paused
 from cheems.records import Prompt
 
-__all__ = ["BLOCK_BITS", "LABEL_CODE", "Resolution", "annotation_tasks", "comparison_arrays", "conflict_ratio",
-           "pair_coverage", "resolve_arrays", "resolve_conflicts", "strong_components", "triple_tasks"]
+__all__ = ["BLOCK_BITS", "LABEL_CODE", "Resolution", "annotation_tasks", "comparison_arrays",
+           "comparison_arrays_from_codes", "conflict_ratio", "conflict_report", "pair_coverage", "resolve_arrays",
+           "resolve_comparisons", "resolve_conflicts", "strong_components", "triple_tasks"]
 
 LABEL_CODE = {"g": 0, "b": 1, "s": 2}
 
@@ -123,7 +124,7 @@ def _closures(sets: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> np.nd
     """Warshall's transitive closure of bit sets ``sets[s, v]`` (bit j: node j of v's prompt),
     for every prompt at once, prompts of one size together: through each node k in turn,
     whoever reaches k reaches what k reaches. O(Σ n_p²) word operations."""
-    for n in np.unique(sizes).tolist():
+    for n in np.flatnonzero(np.bincount(sizes)).tolist():  # the sizes present (np.unique would import numpy.ma)
         nodes = offsets[np.flatnonzero(sizes == n)] + np.arange(n)[:, None]
         block = sets[:, nodes]  # (len(sets), n, prompts of size n): the long axis innermost
         via = np.empty_like(block)
@@ -184,24 +185,33 @@ class Resolution:
 
     def report(self, prompts: list[Prompt]) -> dict:
         """Conflict statistics per subset and in total (paper Table 5)."""
-        subsets = np.array([p.subset or "" for p in prompts], dtype=object)
-        out = {}
-        names = sorted(set(subsets.tolist()))
-        for name in names + ["total"]:
-            m = np.ones(len(prompts), bool) if name == "total" else subsets == name
-            nc = int(self.n_comparisons[m].sum())
-            nk = int(self.n_conflicts[m].sum())
-            out[name or "(none)"] = {
-                "prompts": int(m.sum()),
-                "comparisons": nc,
-                "conflicts": nk,
-                "conflict_ratio": nk / nc if nc else 0.0,
-                "merged_cycles": int(self.n_merged[m].sum()),
-                "prompts_with_cycles": int((self.n_merged[m] > 0).sum()),
-                "tie_groups": int(self.n_tie_groups[m].sum()),
-                "uncompared_responses": int(self.n_uncompared[m].sum()) if self.n_uncompared is not None else 0,
-            }
-        return out
+        return conflict_report([p.subset for p in prompts], self.n_comparisons, self.n_conflicts, self.n_merged,
+                               self.n_tie_groups, self.n_uncompared)
+
+
+def conflict_report(subsets: list[str | None], n_comparisons: np.ndarray, n_conflicts: np.ndarray,
+                    n_merged: np.ndarray, n_tie_groups: np.ndarray, n_uncompared: np.ndarray | None) -> dict:
+    """Conflict statistics per subset (sorted by name, no subset as ``(none)``) and in total
+    (paper Table 5), from the per-prompt counts of :class:`Resolution` and each prompt's
+    subset. O(prompts x subsets)."""
+    subsets = np.array([s or "" for s in subsets], dtype=object)
+    out = {}
+    names = sorted(set(subsets.tolist()))
+    for name in names + ["total"]:
+        m = np.ones(len(subsets), bool) if name == "total" else subsets == name
+        nc = int(n_comparisons[m].sum())
+        nk = int(n_conflicts[m].sum())
+        out[name or "(none)"] = {
+            "prompts": int(m.sum()),
+            "comparisons": nc,
+            "conflicts": nk,
+            "conflict_ratio": nk / nc if nc else 0.0,
+            "merged_cycles": int(n_merged[m].sum()),
+            "prompts_with_cycles": int((n_merged[m] > 0).sum()),
+            "tie_groups": int(n_tie_groups[m].sum()),
+            "uncompared_responses": int(n_uncompared[m].sum()) if n_uncompared is not None else 0,
+        }
+    return out
 
 
 def comparison_arrays(prompts: list[Prompt]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -224,6 +234,39 @@ def comparison_arrays(prompts: list[Prompt]) -> tuple[np.ndarray, np.ndarray, np
         raise ValueError("comparison labels must be validated (g, b or s) before resolving")
     a, b = _node_indices(prompts, sizes, offsets, owner, node_first, side_first)
     return offsets, a, b, lab, owner, ids
+
+
+def comparison_arrays_from_codes(sizes, counts, node_first, a_first, b_first,
+                                 labels: str) -> tuple[np.ndarray, ...] | None:
+    """:func:`comparison_arrays` from prompts read as integer codes, without :class:`Prompt`
+    objects (as :class:`cheems.formats.PlainBatch` reads them): ``sizes[i]`` responses and
+    ``counts[i]`` comparisons per prompt; for every response the index of the first response
+    holding its id, and for each comparison side the same for the id it names (-1: none);
+    one label letter per comparison. Integer sequences may be any buffer (``array``, numpy).
+
+    Returns ``(offsets, a, b, label_code, prompt_index)`` as :func:`comparison_arrays` does,
+    or None when the codes are not those of valid prompts: no response at all, a prompt that
+    repeats a response id, a comparison naming an id its prompt lacks or one response twice,
+    a label other than g, b or s. O(V + E) (a dense table), O((V + E) log V) at worst.
+    """
+    sizes, counts, node_first, a_first, b_first = (np.frombuffer(x, np.int64) if len(x) else np.zeros(0, np.int64)
+                                                   for x in (sizes, counts, node_first, a_first, b_first))
+    n = len(sizes)
+    if not len(node_first) or int(sizes.sum()) != len(node_first):
+        return None
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    owner = np.repeat(np.arange(n), counts)
+    try:
+        lab = _LABEL_TABLE[np.frombuffer(labels.encode("ascii"), np.uint8)]
+    except UnicodeEncodeError:
+        return None
+    if len(lab) != len(owner) or len(a_first) != len(owner) or len(b_first) != len(owner) or (lab < 0).any():
+        return None
+    found, unique, known = _lookup_nodes(n, sizes, owner, node_first, [a_first, b_first])
+    if not (unique and known) or (found[0] == found[1]).any():
+        return None
+    return offsets, found[0], found[1], lab, owner
 
 
 _LABEL_TABLE = np.full(256, -1, np.int8)
@@ -272,23 +315,43 @@ _DENSE_SLACK = 1 << 20  # a dense (prompt, id) table may hold this many entries 
 
 
 def _node_indices(prompts, sizes, offsets, owner, node_first, side_first) -> tuple[np.ndarray, np.ndarray]:
-    """Global node index of each comparison's two responses, from :func:`_read_fields`' codes.
+    """Global node index of each comparison's two responses, from :func:`_read_fields`' codes
+    (:func:`_lookup_nodes`). Should one prompt hold an id twice, exact per-prompt dictionaries
+    are used instead (the later response wins). O(V + E) with the table, O((V + E) log V)
+    with the search."""
+    found, unique, known = _lookup_nodes(len(prompts), sizes, owner, node_first, side_first)
+    if unique:
+        if not known:
+            raise ValueError("a comparison names an unknown response (validate prompts first)")
+        return found[0], found[1]
+    a: list[int] = []  # an id repeated within a prompt: exact lookups, one prompt at a time
+    b: list[int] = []
+    for p, off in zip(prompts, offsets.tolist()):
+        index = {r.id: off + j for j, r in enumerate(p.responses)}
+        a.extend(index[c.a] for c in p.comparisons)
+        b.extend(index[c.b] for c in p.comparisons)
+    return np.array(a, np.int64), np.array(b, np.int64)
+
+
+def _lookup_nodes(n_prompts: int, sizes, owner, node_first, side_first) -> tuple[list[np.ndarray], bool, bool]:
+    """``(found, unique, known)``: the global node of each comparison side (``found[0]`` for
+    ``a``, ``found[1]`` for ``b``), whether no prompt holds an id twice, and whether every
+    side names a response of its own prompt; ``found`` is meaningful only when both hold.
 
     The distinct ids are numbered 0..n_codes-1; response j of prompt i gets the key
     ``i * n_codes + code``, each comparison side the key of its prompt and of the id it names.
     Keys are looked up in a dense table when ``n_prompts * n_codes`` is small (ids repeat
     across prompts, as ``r1``, ``r2``, ... do), else by binary search in the sorted node
-    keys. Should one prompt hold an id twice, exact per-prompt dictionaries are used instead
-    (the later response wins). O(V + E) with the table, O((V + E) log V) with the search.
+    keys. O(V + E) with the table, O((V + E) log V) with the search.
     """
     n_nodes = len(node_first)
     is_first = node_first == np.arange(n_nodes)
     code = np.cumsum(is_first) - 1  # at a first occurrence: the number of its id
     n_codes = int(is_first.sum())
-    node_key = np.repeat(np.arange(len(prompts), dtype=np.int64) * n_codes, sizes) + code[node_first]
+    node_key = np.repeat(np.arange(n_prompts, dtype=np.int64) * n_codes, sizes) + code[node_first]
     known = [f >= 0 for f in side_first]
     sides = [owner * n_codes + np.where(k, code[f], 0) for f, k in zip(side_first, known)]
-    n_keys = len(prompts) * n_codes
+    n_keys = n_prompts * n_codes
     if n_keys <= 8 * n_nodes + _DENSE_SLACK:
         table = np.full(n_keys, -1, np.int64)
         table[node_key] = np.arange(n_nodes)
@@ -302,17 +365,7 @@ def _node_indices(prompts, sizes, offsets, owner, node_first, side_first) -> tup
         pos = [np.minimum(np.searchsorted(sorted_key, key), n_nodes - 1) for key in sides] if unique else []
         missing = any((sorted_key[p] != key).any() for p, key in zip(pos, sides))
         found = [order[p] for p in pos]
-    if unique:
-        if missing or not all(k.all() for k in known):
-            raise ValueError("a comparison names an unknown response (validate prompts first)")
-        return found[0], found[1]
-    a: list[int] = []  # an id repeated within a prompt: exact lookups, one prompt at a time
-    b: list[int] = []
-    for p, off in zip(prompts, offsets.tolist()):
-        index = {r.id: off + j for j, r in enumerate(p.responses)}
-        a.extend(index[c.a] for c in p.comparisons)
-        b.extend(index[c.b] for c in p.comparisons)
-    return np.array(a, np.int64), np.array(b, np.int64)
+    return found, bool(unique), not missing and all(k.all() for k in known)
 
 
 def resolve_conflicts(prompts: list[Prompt]) -> Resolution:
@@ -327,14 +380,22 @@ def resolve_conflicts(prompts: list[Prompt]) -> Resolution:
 
 
 def _resolve(prompts: list[Prompt]) -> Resolution:
-    offsets, a, b, lab, owner, ids = comparison_arrays(prompts)
+    return resolve_comparisons(*comparison_arrays(prompts))
+
+
+def resolve_comparisons(offsets: np.ndarray, a: np.ndarray, b: np.ndarray, lab: np.ndarray, owner: np.ndarray,
+                        ids: list[str]) -> Resolution:
+    """:func:`resolve_conflicts` on the arrays of :func:`comparison_arrays` (or
+    :func:`comparison_arrays_from_codes` with the response ids): prompt i's ranking maps
+    ``ids[offsets[i]:offsets[i+1]]`` to their layers. O(E + Σ n_p² + V·L), see :func:`resolve_arrays`.
+    """
     n_nodes = int(offsets[-1])
     # g: a -> b; b: b -> a; s: both ways
     src = np.concatenate([np.where(lab == 1, b, a), b[lab == 2]])
     dst = np.concatenate([np.where(lab == 1, a, b), a[lab == 2]])
     rank, comp = resolve_arrays(n_nodes, src, dst, offsets)
     reproduced = np.sign(rank[a] - rank[b]) == _REPRODUCED_SIGN[lab]
-    n_prompts = len(prompts)
+    n_prompts = len(offsets) - 1
     n_comparisons = np.bincount(owner, minlength=n_prompts)
     n_conflicts = np.bincount(owner[~reproduced], minlength=n_prompts)
     # a merged group is a conflict cycle when a strict preference ended inside it; groups
