@@ -32,7 +32,7 @@ from cheems.graph import comparison_arrays_from_codes, conflict_report, resolve_
 from cheems.io import atomic_open, check_outputs, gc_paused, outputs_together, write_json, write_jsonl
 from cheems.records import CheemsInputError, Prompt
 
-__all__ = ["LazyPrompts", "RankedBenchmark", "rank_annotations"]
+__all__ = ["LazyPrompts", "RankedBenchmark", "rank_annotations", "resolve_batch"]
 
 
 class LazyPrompts(Sequence):
@@ -115,6 +115,17 @@ _COUNTS = ("n_comparisons", "n_conflicts", "n_merged", "n_tie_groups", "n_uncomp
 _dump_row = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)  # as write_jsonl
 
 
+def resolve_batch(batch: PlainBatch):
+    """The :class:`~cheems.graph.Resolution` of a :class:`~cheems.formats.PlainBatch`'s rows:
+    conflict resolution straight from the parsed rows, no Prompt made. NotPlain when an id is
+    not valid (the general readers then name it). O(comparisons x longest chain)."""
+    arrays = comparison_arrays_from_codes(batch.sizes, batch.counts, batch.node_first, batch.a_first,
+                                          batch.b_first, "".join(batch.labels))
+    if arrays is None:
+        raise NotPlain("a comparison or response id is not valid")
+    return resolve_comparisons(*arrays, batch.response_ids)
+
+
 def _rank_plain(annotations: Sequence[str | os.PathLike], output: str | os.PathLike,
                 report: str | os.PathLike | None, keep_comparisons: bool) -> RankedBenchmark:
     """:func:`rank_annotations` for files of plain rows with distinct ids (no row to join):
@@ -133,11 +144,7 @@ def _rank_plain(annotations: Sequence[str | os.PathLike], output: str | os.PathL
         subsets.extend(batch.subsets)
         if len(seen) != len(subsets):
             raise NotPlain("a prompt id repeats: merge_prompts joins its rows")
-        arrays = comparison_arrays_from_codes(batch.sizes, batch.counts, batch.node_first, batch.a_first,
-                                              batch.b_first, "".join(batch.labels))
-        if arrays is None:
-            raise NotPlain("a comparison or response id is not valid")
-        res = resolve_comparisons(*arrays, batch.response_ids)
+        res = resolve_batch(batch)
         written.append(b"".join(map(_dump_row, batch.ranked_rows(res.ranks))))
         for k in _COUNTS:
             counts[k].append(getattr(res, k))
