@@ -102,3 +102,24 @@ def test_rows_of_one_prompt_train_as_one_prompt(tmp_path):
     content = {r.id: r.content for r in spring.responses}
     assert sorted((content[a], content[b]) for a, b in preference_pairs(spring)) == [
         ("春风又绿江南岸。", "天气不错。"), ("春风又绿江南岸。", "春天来了。")]
+
+
+def test_a_checkpoint_from_before_a_setting_existed_resumes_with_its_default(tmp_path):
+    """A checkpoint whose recorded settings predate ``packing`` (and the speed-only kernels)
+    was trained as their defaults say: it resumes with them, and is refused with --no-packing."""
+    from cheems.records import CheemsInputError
+    from cheems.training.config import TrainConfig
+    from cheems.training.output_folder import STATE_FILE, check_resume, config_record
+
+    config = TrainConfig(model="m", train=["t.jsonl"], output="o")
+    old = {k: v for k, v in config_record(config).items() if k not in ("packing", "liger_kernels", "compile")}
+    checkpoint = tmp_path / "checkpoint-3"
+    checkpoint.mkdir()
+    (checkpoint / STATE_FILE).write_text(json.dumps({"step": 3, "data_fingerprint": "f", "config": old}),
+                                         encoding="utf-8")
+    assert check_resume(checkpoint, config, "f")["step"] == 3
+    config.compile = config.liger_kernels = True  # how fast, not what is learnt
+    assert check_resume(checkpoint, config, "f")["step"] == 3
+    config.packing = False
+    with pytest.raises(CheemsInputError, match="packing True -> False"):
+        check_resume(checkpoint, config, "f")
