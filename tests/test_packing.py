@@ -289,3 +289,48 @@ def test_padded_batches_still_run_on_a_packed_model(seq_cls_model, tiny_prompts)
     seqs = [rm.encode(p.prompt, r.content) for p in tiny_prompts[:2] for r in p.responses]
     assert rm.packing
     assert rm.score_ids(seqs) == pytest.approx(rm.score_packed(seqs), abs=ATOL)
+
+
+class RecordingScorer:
+    """Stands in for a model to watch how `scored_batches` cuts and packs prompts: it scores a
+    sequence by its length and records every row it is given."""
+
+    packing, share_prefix = True, True
+
+    def __init__(self, budget):
+        self.budget, self.rows = budget, []
+
+    def token_budget(self, asked=None):
+        return asked or self.budget
+
+    def score_packed(self, seqs, groups):
+        self.rows.append([[list(seqs[k]) for k in g] for g in groups])
+        return [float(len(s)) for s in seqs]
+
+
+@given(st.lists(st.tuples(st.lists(st.integers(1, 3), max_size=5), token_lists), min_size=1, max_size=6),
+       st.integers(1, 40), st.integers(1, 5))
+def test_scored_batches_cut_prompts_greedily_within_the_budget(prompts, budget, batch_size):
+    from cheems.scoring.transformers_rm import scored_batches
+
+    encoded, prompt_of = [], []
+    for p, (prefix, seqs) in enumerate(prompts):
+        for s in seqs:
+            encoded.append(prefix + s + [100 + len(encoded)])  # a last token of its own: sequences are told apart
+            prompt_of.append(p)
+    rm = RecordingScorer(budget)
+    scored = {}
+    for batch, values in scored_batches(rm, encoded, prompt_of, token_budget=None, batch_size=batch_size):
+        scored.update(zip(batch, values))
+    assert scored == {i: float(len(s)) for i, s in enumerate(encoded)}  # every sequence once, its own score
+    for row in rm.rows:
+        assert len(row) == 1 or (sum(packed_cost(g, True) for g in row) <= budget
+                                 and sum(map(len, row)) <= batch_size)
+    parts = sorted([[s[-1] - 100 for s in g] for row in rm.rows for g in row])
+    for g in parts:
+        assert len({prompt_of[i] for i in g}) == 1 and g == list(range(g[0], g[0] + len(g)))  # a run of one prompt
+        assert len(g) == 1 or (packed_cost([encoded[i] for i in g], True) <= budget and len(g) <= batch_size)
+    for g, h in zip(parts, parts[1:]):  # a part closes only when the prompt's next sequence does not fit it
+        if prompt_of[g[0]] == prompt_of[h[0]]:
+            grown = [encoded[i] for i in g + h[:1]]
+            assert len(grown) > batch_size or packed_cost(grown, True) > budget

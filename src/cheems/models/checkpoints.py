@@ -28,7 +28,7 @@ from cheems.records import CheemsInputError
 
 __all__ = ["MISSING_EXTRA", "TOKENIZER_FILES", "WEIGHT_FILES", "WEIGHT_INDEXES", "best_attention",
            "check_model_folder", "detect_layout", "load_classifier", "load_tensors", "load_tokenizer",
-           "model_fingerprint", "quiet_transformers", "require_torch", "resolve_dtype", "tensor_names",
+           "model_fingerprint", "quiet_transformers", "require_torch", "resolve_dtype", "tensor_names", "unwrap_peft",
            "value_head_source"]
 
 MISSING_EXTRA = "scoring with transformers models needs the models extra: pip install 'cheems[models]'"
@@ -42,6 +42,12 @@ def require_torch(message: str = MISSING_EXTRA):
     except ImportError:
         raise CheemsInputError(message) from None
     return torch
+
+
+def unwrap_peft(model):
+    """The transformers model inside a peft wrapper, or ``model`` itself."""
+    get = getattr(model, "get_base_model", None)
+    return get() if get is not None else model
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")

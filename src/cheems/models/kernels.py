@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import inspect
 
-from cheems.models.checkpoints import require_torch
+from cheems.models.checkpoints import require_torch, unwrap_peft
 from cheems.records import CheemsInputError
 
 __all__ = ["LIGER_MISSING", "compile_layers", "decoder_layers", "use_liger_kernels"]
 
 LIGER_MISSING = "Liger kernels need the gpu extra (a CUDA machine): pip install 'cheems[gpu]'"
-
-
-def _core(model):
-    """The transformers model inside a peft wrapper (or the model itself)."""
-    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 def use_liger_kernels(model) -> list[str]:
@@ -37,7 +32,7 @@ def use_liger_kernels(model) -> list[str]:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
     except ImportError:
         raise CheemsInputError(LIGER_MISSING, field="liger_kernels") from None
-    core = _core(model)
+    core = unwrap_peft(model)
     model_type = getattr(core.config, "model_type", None)
     apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model_type)
     if apply is None:
@@ -51,7 +46,7 @@ def use_liger_kernels(model) -> list[str]:
 
 def decoder_layers(model):
     """The decoder layers (a ModuleList) of a transformers decoder, inside any wrapper."""
-    core = _core(model)
+    core = unwrap_peft(model)
     base = getattr(core, getattr(core, "base_model_prefix", ""), core)
     layers = getattr(base, "layers", None)
     if layers is None:

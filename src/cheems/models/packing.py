@@ -30,7 +30,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from cheems.models.checkpoints import require_torch
+from cheems.models.checkpoints import require_torch, unwrap_peft
+from cheems.models.sequences import apply_head
 from cheems.records import CheemsInputError
 
 __all__ = ["ATTENTION_NAME", "BACKENDS", "Group", "PackedBatch", "common_prefix", "pack_sequences",
@@ -151,11 +152,7 @@ def plan_packed_batches(groups: Sequence[Sequence[int]], costs: Sequence[int], s
 
 def rewards_at(hidden, batch: PackedBatch, head):
     """One reward per input sequence: ``head`` at its last token in the row (hidden (1, T, h))."""
-    picked = hidden[0, batch.last]  # (n, hidden)
-    weight = getattr(head, "weight", None)
-    if weight is not None and weight.dtype != picked.dtype:
-        picked = picked.to(weight.dtype)
-    return head(picked).squeeze(-1)
+    return apply_head(head, hidden[0, batch.last])  # (n,)
 
 
 def packed_backend(device) -> str:
@@ -339,7 +336,7 @@ def use_packed_attention(model) -> bool:
     require_torch()
     from transformers import AttentionInterface
 
-    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    core = unwrap_peft(model)
     if not getattr(core, "_supports_attention_backend", False):
         return False
     AttentionInterface.register(ATTENTION_NAME, packed_attention)
@@ -353,7 +350,7 @@ def use_packed_attention(model) -> bool:
 def padded_attention(model):
     """Within the block, ``model`` runs the attention it had before `use_packed_attention`
     (right-padded batches with a mask); a model never switched is left as it is."""
-    core = model.get_base_model() if hasattr(model, "get_base_model") else model
+    core = unwrap_peft(model)
     config = getattr(core, "config", None)
     if config is None or getattr(config, "_attn_implementation", None) != ATTENTION_NAME:
         yield

@@ -15,8 +15,8 @@ from typing import Sequence
 from cheems.models.checkpoints import require_torch
 from cheems.records import PromptText
 
-__all__ = ["DEFAULT_TOKEN_BUDGET", "EncodeStats", "default_token_budget", "encode_conversation", "pack_in_order",
-           "pad_right", "plan_batches", "reward_at_last_token"]
+__all__ = ["DEFAULT_TOKEN_BUDGET", "EncodeStats", "apply_head", "default_token_budget", "encode_conversation",
+           "pack_in_order", "pad_right", "plan_batches", "reward_at_last_token"]
 
 # Padded tokens per forward batch, measured with benchmarks/bench_scoring.py: on a GPU every
 # budget from 8k to 32k ran ~29x faster than one sequence at a time; on a 2-core CPU only small
@@ -83,9 +83,14 @@ def reward_at_last_token(hidden, attention_mask, head):
     token is (it may equal the end-of-turn token the chat template writes). Returns (n,)."""
     torch = require_torch()
     last = attention_mask.sum(dim=1) - 1  # (n,)
-    picked = hidden[torch.arange(len(last), device=hidden.device), last]  # (n, hidden)
+    return apply_head(head, hidden[torch.arange(len(last), device=hidden.device), last])
+
+
+def apply_head(head, picked):
+    """``head`` on hidden states ``picked`` (n, hidden), cast to the head's dtype when it is
+    kept in another (a v_head in float32 on a bf16 model). Returns (n,)."""
     weight = getattr(head, "weight", None)
-    if weight is not None and weight.dtype != picked.dtype:  # a v_head kept in another dtype
+    if weight is not None and weight.dtype != picked.dtype:
         picked = picked.to(weight.dtype)
     return head(picked).squeeze(-1)
 

@@ -143,16 +143,28 @@ def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int
 
 def _parts_within(members: list[int], encoded, budget: int, batch_size: int, share: bool) -> list[list[int]]:
     """One prompt's sequences, in order, cut into parts of at most ``budget`` row tokens and
-    ``batch_size`` sequences (a part has at least one sequence); alone each without sharing."""
+    ``batch_size`` sequences (a part has at least one sequence); alone each without sharing.
+    A part's row tokens are kept up to date as sequences join it (its common prefix can only
+    shrink), so a prompt of k sequences costs O(k x prefix)."""
     if not share:
         return [[i] for i in members]
-    parts: list[list[int]] = [[]]
+    parts: list[list[int]] = []
+    lcp = shortest = total = 0  # of the current part: common prefix (uncapped), shortest sequence, tokens
     for i in members:
-        trial = parts[-1] + [i]
-        if parts[-1] and (len(trial) > batch_size or packed_cost([encoded[k] for k in trial], True) > budget):
-            parts.append([i])
-        else:
-            parts[-1] = trial
+        s = encoded[i]
+        if parts and len(parts[-1]) < batch_size:
+            first = encoded[parts[-1][0]]
+            common = 0
+            while common < min(lcp, len(s)) and s[common] == first[common]:
+                common += 1
+            k = len(parts[-1]) + 1
+            new_lcp, new_shortest, new_total = common, min(shortest, len(s)), total + len(s)
+            if new_total - (k - 1) * min(new_lcp, new_shortest - 1) <= budget:
+                parts[-1].append(i)
+                lcp, shortest, total = new_lcp, new_shortest, new_total
+                continue
+        parts.append([i])
+        lcp, shortest, total = len(s), len(s), len(s)
     return parts
 
 

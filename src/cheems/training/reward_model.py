@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from cheems.models.checkpoints import unwrap_peft
 from cheems.models.packing import PackedBatch, rewards_at
 from cheems.models.sequences import reward_at_last_token
 
@@ -35,8 +36,7 @@ class RewardModel(torch.nn.Module):
 
     @property
     def classifier(self):  # the *ForSequenceClassification (LoRA layers inside when peft)
-        get = getattr(self.inner, "get_base_model", None)
-        return get() if get is not None else self.inner
+        return unwrap_peft(self.inner)
 
     def forward(self, input_ids, attention_mask=None, packing: PackedBatch | None = None):
         core = self.classifier
