@@ -36,7 +36,8 @@ from cheems.records import LABELS, CheemsInputError, Prompt, check_comparisons, 
 from cheems.settings import is_number
 
 __all__ = ["CJK_FONTS", "CJK_PACKAGES", "DEFAULT_BINS", "NO_ORDER", "Z95", "analyze_bias", "bias_table",
-           "cjk_font", "cjk_font_rc", "format_bias_table", "length_bins", "plot_bias", "wilson_interval"]
+           "cjk_font", "cjk_font_rc", "format_bias_table", "length_bins", "plot_bias", "plot_length_bias",
+           "wilson_interval"]
 
 DEFAULT_BINS = (50, 200, 500)
 """Positive edges of the length-difference bins. Edges ``t1 < ... < tk`` give ``2k + 1``
@@ -416,32 +417,35 @@ def cjk_font_rc(texts: Iterable[str]) -> dict:
 
 
 def _draw_length(fig, tables: dict) -> None:
-    ax = fig.add_subplot()
-    labels = [r["bin"] for r in next(iter(tables.values()))["by_length"]]
-    n_groups = len(tables)
-    for g, (name, t) in enumerate(tables.items()):
-        shift = (g - (n_groups - 1) / 2) * 0.08  # side by side, so error bars do not overlap
-        xs, ys, lo, hi = [], [], [], []
-        for i, r in enumerate(t["by_length"]):
-            xs.append(i + shift)
-            if r["n"]:
-                ys.append(r["p_a"])
-                lo.append(r["p_a"] - r["p_a_ci"][0])
-                hi.append(r["p_a_ci"][1] - r["p_a"])
-            else:  # no data: a gap in the line
-                ys.append(math.nan)
-                lo.append(0.0)
-                hi.append(0.0)
+    bins = [r["bin"] for r in next(iter(tables.values()))["by_length"]]
+    curves = {}
+    for name, t in tables.items():
         n = f"{t['n_ranked_pairs']} ranked pairs" if t.get("pairs") == "rankings" else f"n={t['n']}"
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=f"{name} ({n})")
+        curves[f"{name} ({n})"] = [(r["p_a"], r["p_a_ci"]) if r["n"] else (None, None) for r in t["by_length"]]
+    plot_length_bias(fig.add_subplot(), bins, curves, "Length bias: share of comparisons won by the first response")
+
+
+def plot_length_bias(ax, bins: list[str], curves: dict[str, list[tuple]], title: str) -> None:
+    """Paper Figure 15 on matplotlib axes ``ax``: P(A chosen) per length-difference bin, one line
+    per curve (``label -> [(p_a, (lo, hi)), ...]`` per bin; ``(None, None)`` or a missing
+    interval where a bin has no data) with its 95% interval as whiskers, the lines set side by
+    side so that the whiskers do not overlap, and the 0.5 of no bias dashed."""
+    for g, (label, values) in enumerate(curves.items()):
+        shift = (g - (len(curves) - 1) / 2) * 0.08
+        xs = [i + shift for i in range(len(bins))]
+        ys = [v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else math.nan
+              for v, _ in values]
+        lo = [y - ci[0] if ci and math.isfinite(y) else 0.0 for y, (_, ci) in zip(ys, values)]
+        hi = [ci[1] - y if ci and math.isfinite(y) else 0.0 for y, (_, ci) in zip(ys, values)]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label)
     ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=20)
+    ax.set_xticks(range(len(bins)))
+    ax.set_xticklabels(bins, rotation=20)
     ax.set_ylim(0, 1)
     ax.set_xlabel("length difference len(A) - len(B) (characters)")
     ax.set_ylabel("P(A chosen)")
-    ax.set_title("Length bias: share of comparisons won by the first response")
-    ax.legend()
+    ax.set_title(title)
+    ax.legend(fontsize="small")
 
 
 def _draw_position(fig, tables: dict) -> None:

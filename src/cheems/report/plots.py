@@ -159,24 +159,10 @@ def draw_correlation_heatmap(title: str, rows: list[str], cols: list[str], value
 def draw_bias_length(bins: list[str], groups: dict[str, list[tuple]]) -> Drawing:
     """Annotator length bias (paper Figure 15): P(A chosen) per length-difference bin, one line per
     group with Wilson whiskers; ``groups``: name -> one ``(p_a or None, ci or None)`` per bin."""
+    from cheems.curation.bias import plot_length_bias
 
     def draw(fig) -> None:
-        ax = fig.add_subplot()
-        for g, (name, values) in enumerate(groups.items()):
-            shift = (g - (len(groups) - 1) / 2) * 0.08
-            xs = [i + shift for i in range(len(bins))]
-            ys = [v if _finite(v) else math.nan for v, _ in values]
-            lo = [y - ci[0] if ci and math.isfinite(y) else 0.0 for y, (_, ci) in zip(ys, values)]
-            hi = [ci[1] - y if ci and math.isfinite(y) else 0.0 for y, (_, ci) in zip(ys, values)]
-            ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=name)
-        ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
-        ax.set_xticks(range(len(bins)))
-        ax.set_xticklabels(bins, rotation=20)
-        ax.set_ylim(0, 1)
-        ax.set_xlabel("length difference len(A) - len(B) (characters)")
-        ax.set_ylabel("P(A chosen)")
-        ax.set_title("Annotator length bias")
-        ax.legend(fontsize="small")
+        plot_length_bias(fig.add_subplot(), bins, groups, "Annotator length bias")
     return draw
 
 
