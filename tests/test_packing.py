@@ -27,8 +27,8 @@ from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
     v_head_file_model,
 )
 
-from cheems.models.packing import (common_prefix, pack_sequences, packed_attention, packed_cost,
-                                   plan_packed_batches, use_packed_attention)
+from cheems.models.packing import common_prefix, pack_sequences, packed_attention, packed_cost, use_packed_attention
+from cheems.models.sequences import plan_batches
 from cheems.records import CheemsInputError
 from cheems.scoring.transformers_rm import load_reward_model, score_items
 from cheems.training.batching import batch_stats, greedy_prompt_batches, synthetic_preference_items
@@ -109,8 +109,7 @@ def test_an_unknown_backend_or_an_empty_sequence_is_refused():
 def test_planned_packed_batches_keep_the_budget(groups, budget, max_size):
     costs = [c for c, _ in groups]
     sizes = [n for _, n in groups]
-    batches = plan_packed_batches([[0] * n for n in sizes], costs, sizes, token_budget=budget,
-                                  max_batch_size=max_size)
+    batches = plan_batches(costs, token_budget=budget, max_batch_size=max_size, packed=True, sizes=sizes)
     assert sorted(g for b in batches for g in b) == list(range(len(groups)))
     for b in batches:
         assert len(b) == 1 or (sum(costs[g] for g in b) <= budget and sum(sizes[g] for g in b) <= max_size)

@@ -35,7 +35,7 @@ from cheems.models.sequences import apply_head
 from cheems.records import CheemsInputError
 
 __all__ = ["ATTENTION_NAME", "BACKENDS", "Group", "PackedBatch", "common_prefix", "pack_sequences",
-           "packed_attention", "packed_backend", "packed_cost", "padded_attention", "plan_packed_batches", "rewards_at",
+           "packed_attention", "packed_backend", "packed_cost", "padded_attention", "rewards_at",
            "use_packed_attention"]
 
 ATTENTION_NAME = "cheems_packed"
@@ -125,29 +125,6 @@ def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Se
                        torch.tensor([pos], dtype=torch.long, device=device),
                        torch.tensor(last, dtype=torch.long, device=device), layout, backend,
                        real_tokens=sum(len(s) for s in seqs), row_tokens=len(ids))
-
-
-def plan_packed_batches(groups: Sequence[Sequence[int]], costs: Sequence[int], sizes: Sequence[int] | None = None, *,
-                        token_budget: int, max_batch_size: float = float("inf")) -> list[list[int]]:
-    """Groups (indices into ``groups``) cut into packed batches, largest first: a batch closes
-    when the next group would bring its row over ``token_budget`` tokens (``costs[g]``: the
-    group's tokens in a row) or its sequences over ``max_batch_size``; a group over the budget
-    has a batch of its own. Every group appears once. O(g log g)."""
-    order = sorted(range(len(groups)), key=lambda g: -costs[g])
-    sizes = sizes if sizes is not None else [len(g) for g in groups]
-    batches: list[list[int]] = []
-    current: list[int] = []
-    tokens = count = 0
-    for g in order:
-        if current and (tokens + costs[g] > token_budget or count + sizes[g] > max_batch_size):
-            batches.append(current)
-            current, tokens, count = [], 0, 0
-        current.append(g)
-        tokens += costs[g]
-        count += sizes[g]
-    if current:
-        batches.append(current)
-    return batches
 
 
 def rewards_at(hidden, batch: PackedBatch, head):

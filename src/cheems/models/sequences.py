@@ -96,36 +96,40 @@ def apply_head(head, picked):
 
 
 def plan_batches(lengths: Sequence[int], *, token_budget: int = 8192, max_batch_size: int = 64,
-                 packed: bool = False) -> list[list[int]]:
-    """Group sequence indices into batches, longest first, each within a token budget.
+                 packed: bool = False, sizes: Sequence[int] | None = None) -> list[list[int]]:
+    """Group item indices into batches, longest first, each within a token budget.
 
     A batch's cost is (its longest sequence) x (its size), the tokens actually computed after
-    right padding, or with ``packed`` the sum of the lengths (one packed row); a sequence
-    longer than the budget gets a batch of its own. Every index appears exactly once.
-    O(n log n).
+    right padding, or with ``packed`` the sum of the lengths (one packed row); an item longer
+    than the budget gets a batch of its own. An item is one sequence, or ``sizes[i]`` of them
+    (a group of a packed row, ``lengths[i]`` its tokens there) counted against
+    ``max_batch_size``. Every index appears exactly once. O(n log n).
     """
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    return pack_in_order(order, lengths, token_budget=token_budget, max_batch_size=max_batch_size, packed=packed)
+    return pack_in_order(order, lengths, token_budget=token_budget, max_batch_size=max_batch_size, packed=packed,
+                         sizes=sizes)
 
 
 def pack_in_order(order: Sequence[int], lengths: Sequence[int], *, token_budget: float,
-                  max_batch_size: float, packed: bool = False) -> list[list[int]]:
-    """Cut ``order`` into consecutive batches: a batch closes when the next sequence would push
-    its cost over ``token_budget`` or its size over ``max_batch_size``; the cost is (longest x
-    size) when padded, the sum of the lengths when ``packed`` into one row. O(n)."""
+                  max_batch_size: float, packed: bool = False, sizes: Sequence[int] | None = None) -> list[list[int]]:
+    """Cut ``order`` into consecutive batches: a batch closes when the next item would push
+    its cost over ``token_budget`` or its sequences (``sizes[i]`` per item, else 1) over
+    ``max_batch_size``; the cost is (longest x size) when padded, the sum of the lengths when
+    ``packed`` into one row. O(n)."""
     batches: list[list[int]] = []
     current: list[int] = []
-    longest = total = 0
+    longest = total = count = 0
     for i in order:
-        n = lengths[i]
+        n, k = lengths[i], 1 if sizes is None else sizes[i]
         longest_if = max(longest, n)
         cost = total + n if packed else longest_if * (len(current) + 1)
-        if current and (cost > token_budget or len(current) >= max_batch_size):
+        if current and (cost > token_budget or count + k > max_batch_size):
             batches.append(current)
-            current, longest_if, total = [], n, 0
+            current, longest_if, total, count = [], n, 0, 0
         current.append(i)
         longest = longest_if
         total += n
+        count += k
     if current:
         batches.append(current)
     return batches

@@ -20,8 +20,8 @@ from typing import Callable, Iterator, Sequence
 
 from cheems.models.checkpoints import (best_attention, detect_layout, load_classifier, load_tensors, load_tokenizer,
                                        quiet_transformers, require_torch, resolve_dtype, value_head_source)
-from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, plan_packed_batches,
-                                   rewards_at, use_packed_attention)
+from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, rewards_at,
+                                   use_packed_attention)
 from cheems.models.sequences import (EncodeStats, default_token_budget, encode_conversation, pad_right,
                                      plan_batches, reward_at_last_token)
 from cheems.records import CheemsInputError, Prompt, PromptText, prompt_key
@@ -132,7 +132,8 @@ def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int
     groups = [part for members in by_prompt.values()
               for part in _parts_within(members, encoded, budget, batch_size, share)]
     costs = [packed_cost([encoded[i] for i in g], share) for g in groups]
-    for chosen in plan_packed_batches(groups, costs, token_budget=budget, max_batch_size=batch_size):
+    for chosen in plan_batches(costs, token_budget=budget, max_batch_size=batch_size, packed=True,
+                               sizes=[len(g) for g in groups]):
         seqs, layout = [], []
         for g in chosen:
             layout.append(list(range(len(seqs), len(seqs) + len(groups[g]))))
