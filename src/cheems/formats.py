@@ -88,6 +88,14 @@ COMPARISON_KEYS = frozenset(("a", "b", "label", "annotator", "source"))
 
 # ----------------------------------------------------------------------------- raw rows
 
+def _json_source(path: Path, data: bytes) -> tuple[bytes, bool]:
+    """A JSON file's bytes without a UTF-8 byte order mark (as some editors write), and whether
+    they hold one JSON list (a file named ``.jsonl`` is rows, even if one of them is a list)."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    return data, data.lstrip().startswith(b"[") and path.suffix != ".jsonl"
+
+
 def iter_rows(path: str | os.PathLike, errors: list | None = None) -> Iterator[tuple[int, Any]]:
     """Yield ``(line, object)`` for each row of a JSONL, JSON-list or Parquet file (a file named
 ``.jsonl`` is always read line by line; another that starts with ``[`` is one JSON list).
@@ -107,11 +115,8 @@ def iter_rows(path: str | os.PathLike, errors: list | None = None) -> Iterator[t
     if path.suffix == ".parquet":
         yield from _iter_parquet(path)
         return
-    data = path.read_bytes()
-    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark, as some editors write
-        data = data[3:]
-    stripped = data.lstrip()
-    if stripped.startswith(b"[") and path.suffix != ".jsonl":  # a .jsonl file is rows, even if one is a list
+    data, is_list = _json_source(path, path.read_bytes())
+    if is_list:
         try:
             items = orjson.loads(data)
         except orjson.JSONDecodeError as e:
@@ -1133,10 +1138,9 @@ def row_chunks(path: str | os.PathLike, size: int) -> Iterator[list]:
         data = path.read_bytes()
     except OSError:
         raise NotPlain(str(path)) from None
-    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark, as iter_rows skips it
-        data = data[3:]
+    data, is_list = _json_source(path, data)
     try:
-        if data.lstrip().startswith(b"[") and path.suffix != ".jsonl":
+        if is_list:
             items = orjson.loads(data)
             for lo in range(0, len(items), size):
                 yield items[lo:lo + size]
