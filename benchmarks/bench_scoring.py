@@ -77,8 +77,12 @@ def main() -> None:
     ap.add_argument("--chars", type=int, default=450)
     ap.add_argument("--token-budget", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--model-dir", default=None, help="build the random-weight model here, or reuse the one there")
     ap.add_argument("--modes", default="padded,packed,shared")
+    ap.add_argument("--liger-kernels", action="store_true", help="Liger's fused kernels in every mode (CUDA)")
     ap.add_argument("--alone", type=int, default=0, help="also score the first N one at a time")
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="also profile scoring the first 300 prompts with torch.profiler; tables to FILE.<mode>.txt")
     args = ap.parse_args()
     if args.cheemsbench:
         args.prompts, args.responses, args.chars = 2492, 5, 450
@@ -89,20 +93,23 @@ def main() -> None:
     peak, peak_text = device_peak(args.device)
     with tempfile.TemporaryDirectory() as d:
         texts = [p.prompt_text for p in sample] + [r.content for p in sample for r in p.responses]
-        folder = build(Path(d) / "model", shape, texts, args.device)
-        models = {mode: load_reward_model(folder, device=args.device, max_length=4096, **MODES[mode])
+        folder = build(Path(args.model_dir) if args.model_dir else Path(d) / "model", shape, texts, args.device)
+        models = {mode: load_reward_model(folder, device=args.device, max_length=4096,
+                                          liger_kernels=args.liger_kernels, **MODES[mode])
                   for mode in args.modes.split(",")}
     any_rm = next(iter(models.values()))
-    encoded = [[any_rm.encode(p.prompt, r.content) for r in p.responses] for p in prompts]
+    encoded, encode_wall = timed(lambda: [[any_rm.encode(p.prompt, r.content) for r in p.responses]
+                                          for p in prompts], "cpu")
     lengths = [len(s) for seqs in encoded for s in seqs]
     tokens = sum(lengths)
     shared_tokens = sum(packed_cost(seqs, True) for seqs in encoded)
     context = mean_context(lengths)
     budget = any_rm.token_budget(args.token_budget)
-    print(f"{shape} on {args.device} ({any_rm.model.dtype}): {len(prompts):,} prompts, {len(lengths):,} "
-          f"conversations, {tokens:,} tokens (mean {tokens / len(lengths):,.0f}); a shared prefix leaves "
+    print(f"{shape} on {args.device} ({any_rm.model.dtype}, liger {args.liger_kernels}): {len(prompts):,} prompts, "
+          f"{len(lengths):,} conversations, {tokens:,} tokens (mean {tokens / len(lengths):,.0f}); a shared prefix "
+          f"leaves "
           f"{shared_tokens:,} ({1 - shared_tokens / tokens:.1%} fewer); token budget {budget}, batch size "
-          f"{args.batch_size}")
+          f"{args.batch_size}; encoding them alone takes {encode_wall:.2f} s")
     print(f"FLOPs: {flops_formula(shape, context, 1)}; peak: {peak_text}")
     reference, results = None, {}
     for mode, rm in models.items():
@@ -116,6 +123,11 @@ def main() -> None:
         results[mode] = tokens / wall
         print(f"{mode:>7}: {wall:8.2f} s  {tokens / wall:12,.0f} tokens/s  padding {padding:6.1%}  "
               f"MFU {mfu(shape, context, 1, tokens / wall, peak):6.2%}  max |score diff| {diff:.1e}")
+    if args.profile:
+        for mode, rm in models.items():
+            _profile(lambda: [x for b in score_prompts(rm, prompts[:300], token_budget=args.token_budget,
+                                                       batch_size=args.batch_size) for x in b],
+                     f"{args.profile}.{mode}.txt", args.device)
     if args.alone:
         rm = next(iter(models.values()))
         seqs = [s for ss in encoded for s in ss][:args.alone]
@@ -126,6 +138,32 @@ def main() -> None:
     base = results.get("padded")
     if base:
         print("vs padded: " + ", ".join(f"{m} {v / base:.2f}x" for m, v in results.items() if m != "padded"))
+
+
+def _profile(fn, path: str, device: str) -> None:
+    """Run ``fn`` under torch.profiler; write its operators by device time and by host time."""
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    import cProfile
+    import io
+    import pstats
+
+    with torch.profiler.profile(activities=activities) as prof:
+        timed(fn, device)
+    python = cProfile.Profile()
+    python.runcall(timed, fn, device)
+    text = io.StringIO()
+    pstats.Stats(python, stream=text).sort_stats("tottime").print_stats(30)
+    table = prof.key_averages()
+    sort = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(table.table(sort_by=sort, row_limit=40) + "\n\n")
+        f.write(table.table(sort_by="self_cpu_time_total", row_limit=40) + "\n\n")
+        f.write(text.getvalue())
+    print(f"profile written to {path}")
 
 
 def _padding_share(lengths, budget: int, batch_size: int) -> float:

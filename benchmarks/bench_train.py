@@ -9,8 +9,9 @@ Usage:
   python benchmarks/bench_train.py --device cuda --shape qwen2.5-7b --prompts 1000 --bf16 \
       --micro-batch-size 64 --token-budget 16384 --gradient-checkpointing --lora-r 16
   add --liger-kernels / --compile to try the fused kernels (GPU).
-The data is the bundled sample's prompts, each repeated with its responses (--repeat-text
-times, to reach realistic lengths) so the run is long enough to time; one epoch, one forward
+The data is the bundled sample's prompts, each drawn again and again as a prompt of its own
+(a number added to its text) with its responses (each repeated 1..--repeat-text times, to
+reach realistic lengths) so the run is long enough to time; one epoch, one forward
 batch per optimizer step, no evaluation or checkpoints inside the timed loop. tokens/s counts
 real tokens (padding excluded) over the training loop's wall time.
 """
@@ -37,9 +38,48 @@ def write_data(path: Path, prompts, n: int, repeat_text: int) -> None:
             p = rng.choice(prompts)
             row = p.to_dict(comparisons=False)
             row["id"] = f"{p.id}-{i}"
+            tag = f"（第 {i} 题）"  # a prompt text of its own: rows of one text would train as one prompt
+            if isinstance(row["prompt"], str):
+                row["prompt"] += tag
+            else:
+                row["prompt"][-1]["content"] += tag
             for r in row["responses"]:
                 r["content"] = "\n".join([r["content"]] * rng.randint(1, repeat_text))
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+class Profiled:
+    """A `train` progress callback that records optimizer steps 10-19 with torch.profiler and
+    writes the operators sorted by device time and by host time to ``path``."""
+
+    def __init__(self, path: str, device: str):
+        import torch
+
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.startswith("cuda"):
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.device = device
+        self.path = path
+        self.profiler = torch.profiler.profile(activities=activities,
+                                               schedule=torch.profiler.schedule(wait=9, warmup=1, active=10,
+                                                                                repeat=1),
+                                               on_trace_ready=self.write)
+        self.profiler.start()
+
+    def __call__(self, step, total, stats) -> None:
+        if self.profiler is not None:
+            self.profiler.step()
+        if step == 20 and self.profiler is not None:
+            self.profiler.stop()
+            self.profiler = None
+
+    def write(self, prof) -> None:
+        table = prof.key_averages()
+        sort = "self_cuda_time_total" if self.device.startswith("cuda") else "self_cpu_time_total"
+        with open(self.path, "w", encoding="utf-8") as f:
+            f.write(table.table(sort_by=sort, row_limit=40) + "\n\n")
+            f.write(table.table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+        print(f"profile of steps 10-19 written to {self.path}")
 
 
 def main() -> None:
@@ -62,7 +102,10 @@ def main() -> None:
     ap.add_argument("--lora-r", type=int, default=0)
     ap.add_argument("--liger-kernels", action="store_true")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--model-dir", default=None, help="build the random-weight model here, or reuse the one there")
     ap.add_argument("--modes", default="padded,packed")
+    ap.add_argument("--profile", default=None, metavar="FILE",
+                    help="profile optimizer steps 10-19 of each mode with torch.profiler; tables to FILE.<mode>.txt")
     args = ap.parse_args()
     shape = args.shape or ("qwen2.5-0.5b" if args.device.startswith("cuda") else "small")
     sample = Path(__file__).resolve().parents[1] / "src/cheems/data/sample/annotations"
@@ -74,7 +117,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         texts = [p.prompt_text for p in prompts] + [r.content for p in prompts for r in p.responses]
-        model = build(d / "model", shape, texts, args.device)
+        model = build(Path(args.model_dir) if args.model_dir else d / "model", shape, texts, args.device)
         write_data(d / "train.jsonl", prompts, args.prompts, args.repeat_text)
         data = encode_training_data(read_training_prompts([str(d / "train.jsonl")]), load_tokenizer(str(model)),
                                     max_length=args.max_length, truncate=False)
@@ -93,8 +136,9 @@ def main() -> None:
                                  max_length=args.max_length, save_every=10 ** 9,
                                  gradient_checkpointing=args.gradient_checkpointing, lora_r=args.lora_r,
                                  packing=mode == "packed", liger_kernels=args.liger_kernels, compile=args.compile)
+            progress = Profiled(f"{args.profile}.{mode}.txt", args.device) if args.profile else None
             t = time.perf_counter()
-            s = train(config)
+            s = train(config, progress=progress)
             wall = time.perf_counter() - t
             results[mode] = s["tokens_per_s"]
             print(f"{mode:>6}: {s['tokens_per_s']:12,.0f} tokens/s  padding {s['padding_share']:6.1%}  "

@@ -38,8 +38,12 @@ GPU_PEAKS = {"H100": 989e12, "H200": 989e12, "GH200": 989e12, "A100": 312e12, "L
 
 def build(folder: Path, shape: str, texts: list[str], device: str) -> Path:
     """A Qwen2ForSequenceClassification checkpoint of ``shape`` with random weights and a
-    tokenizer trained on ``texts``, saved to ``folder`` (bf16 on CUDA, float32 on CPU)."""
+    tokenizer trained on ``texts``, saved to ``folder`` (bf16 on CUDA, float32 on CPU). A
+    folder that already holds a checkpoint (``--model-dir`` of an earlier run) is used as it is."""
     import torch
+
+    if (folder / "config.json").exists():
+        return folder
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
     from cheems.training.init_model import train_tokenizer

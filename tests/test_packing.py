@@ -171,6 +171,86 @@ def test_packed_attention_equals_the_dense_masked_reference(backend, grad, case,
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def reference_varlen_kernel(backend):
+    """The variable-length kernels' contract, written plainly: segment i's queries
+    cu_q[i]:cu_q[i+1] attend to keys cu_k[i]:cu_k[i+1], causal aligned to the keys' end."""
+    def kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, dropout):
+        cu_q, cu_k = cu_q.tolist(), cu_k.tolist()
+        assert max_q == max(b - a for a, b in zip(cu_q, cu_q[1:]))
+        assert max_k == max(b - a for a, b in zip(cu_k, cu_k[1:]))
+        assert cu_q[-1] == q.shape[0] and cu_k[-1] == k.shape[0]
+        outs = []
+        for q0, q1, k0, k1 in zip(cu_q, cu_q[1:], cu_k, cu_k[1:]):
+            mask = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool).tril(diagonal=(k1 - k0) - (q1 - q0))
+            o = torch.nn.functional.scaled_dot_product_attention(
+                q[q0:q1].transpose(0, 1), k[k0:k1].transpose(0, 1), v[k0:k1].transpose(0, 1), attn_mask=mask,
+                scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+            outs.append(o.transpose(0, 1))
+        return torch.cat(outs)
+    return kernel
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@given(case=sequences_and_groups(), heads=st.sampled_from([(4, 4), (4, 2), (2, 1)]), seed=st.integers(0, 99))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_the_variable_length_layout_equals_the_dense_masked_reference(monkeypatch, grad, case, heads, seed):
+    """The ``flash`` and ``varlen`` backends hand a kernel the row as segments with gathered
+    prefix keys; with a plain kernel of the same contract the output is the reference's
+    (the real kernels are checked against it on a GPU in tests/test_packing_cuda.py)."""
+    from cheems.models import packing
+
+    monkeypatch.setattr(packing, "_varlen_kernel", reference_varlen_kernel)
+    seqs, groups = case
+    batch = pack_sequences(seqs, "cpu", groups=groups, backend="varlen")
+    t, (h, kv), d = batch.row_tokens, heads, 8
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, n, t, d, generator=g).requires_grad_(grad) for n in (h, kv, kv))
+    out, _ = packed_attention(None, q, k, v, None, scaling=d ** -0.5, cheems_packing=batch)
+    reference = dense_reference(q, k, v, batch, d ** -0.5)
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    if grad:
+        weights = torch.randn(out.shape, generator=g)
+        got = torch.autograd.grad((out * weights).sum(), (q, k, v))
+        want = torch.autograd.grad((reference * weights).sum(), (q, k, v))
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_half_precision_kernels_get_autocast_inputs_or_hand_over_to_flex(monkeypatch):
+    """The variable-length kernels take float16/bfloat16 only: float32 inputs under autocast
+    (mixed-precision training) are cast to autocast's dtype; without autocast the row runs
+    flex attention, exact in float32."""
+    from cheems.models import packing
+
+    calls = []
+
+    def half_only(backend):
+        plain = reference_varlen_kernel(backend)
+
+        def kernel(q, k, v, *rest):
+            calls.append({q.dtype, k.dtype, v.dtype})
+            return plain(q, k, v, *rest)
+
+        kernel.dtypes = frozenset({torch.float16, torch.bfloat16})
+        return kernel
+
+    monkeypatch.setattr(packing, "_varlen_kernel", half_only)
+    seqs, groups = [[1, 2, 3, 4], [1, 2, 3, 5, 6], [7, 8]], [[0, 1], [2]]
+    batch = pack_sequences(seqs, "cpu", groups=groups, backend="varlen")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, n, batch.row_tokens, 16, generator=g) for n in (4, 2, 2))
+    reference = dense_reference(q, k, v, batch, 0.25)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out, _ = packed_attention(None, q, k, v, None, scaling=0.25, cheems_packing=batch)
+    assert calls == [] and out.dtype == torch.float32
+    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, _ = packed_attention(None, q, k, v.bfloat16(), None, scaling=0.25, cheems_packing=batch)
+    assert calls == [{torch.bfloat16}] and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), reference, atol=3e-2, rtol=3e-2)
+
+
 def test_packed_attention_needs_its_batch():
     q = torch.zeros(1, 2, 3, 4)
     with pytest.raises(CheemsInputError, match="without a packed batch"):
@@ -233,15 +313,15 @@ def test_identical_conversations_are_scored_once_with_the_same_score(seq_cls_mod
 
 # ----------------------------------------------------------------------------- training
 
-def _reward_model(arch: str, seed: int = 0):
+def _reward_model(arch: str, seed: int = 0, hidden: int = 32):
     from transformers import LlamaConfig, LlamaForSequenceClassification, Qwen2Config, Qwen2ForSequenceClassification
 
     from cheems.training.reward_model import RewardModel
 
     cls_config, cls_model = {"qwen2": (Qwen2Config, Qwen2ForSequenceClassification),
                              "llama": (LlamaConfig, LlamaForSequenceClassification)}[arch]
-    config = cls_config(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        num_key_value_heads=2, intermediate_size=64, num_labels=1, pad_token_id=0)
+    config = cls_config(vocab_size=120, hidden_size=hidden, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=2 * hidden, num_labels=1, pad_token_id=0)
     torch.manual_seed(seed)
     return RewardModel(cls_model(config))
 

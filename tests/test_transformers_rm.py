@@ -332,6 +332,25 @@ def test_doubled_bos_is_detected_counted_and_removed(bos_template_model, tiny_pr
     assert rm.stats.sequences == len(items)
 
 
+@pytest.mark.parametrize("model", ["bos_template_model", "seq_cls_model", "no_template_model"])
+@pytest.mark.parametrize("max_length,truncation", [(4096, "left"), (40, "left"), (40, "right")])
+def test_encoding_many_at_once_equals_encoding_one_by_one(request, model, max_length, truncation, tiny_prompts):
+    """`encode_many` hands the tokenizer chunks of conversations; ids, BOS handling,
+    truncation and the counts must be those of `encode` called once per conversation."""
+    folder = request.getfixturevalue(model)
+    one = load_reward_model(folder, max_length=max_length, truncation=truncation)
+    many = load_reward_model(folder, max_length=max_length, truncation=truncation)
+    items = mixed_items(tiny_prompts) + [(p.prompt, r.content) for p in tiny_prompts[:20] for r in p.responses]
+    want = [one.encode(*item) for item in items]
+    from cheems.models.sequences import encode_conversations
+
+    got = encode_conversations(many.tokenizer, items, max_length=max_length, truncation=truncation,
+                               stats=many.stats, chunk=7)  # chunks that do not divide the items
+    assert got == want
+    assert dataclasses.asdict(many.stats) == dataclasses.asdict(one.stats)
+    assert one.stats.sequences == len(items)
+
+
 def test_single_bos_is_left_alone(seq_cls_model, tiny_prompts):
     rm = load_reward_model(seq_cls_model)
     prompt, response = mixed_items(tiny_prompts)[0]
@@ -637,7 +656,7 @@ def test_cli_eval_with_scores_file_equals_eval_with_model(cli_bench, cli_scored)
 
 @pytest.fixture(scope="module")
 def cli_refusals(cli_bench, seq_cls_model, three_label_model, tmp_path_factory) -> dict:
-    """Three `cheems score` runs that must be refused, started together (each mostly imports torch)."""
+    """Four `cheems score` runs that must be refused, started together (each mostly imports torch)."""
     d = tmp_path_factory.mktemp("refusals")
     folder = d / "not-a-model"
     folder.mkdir()
@@ -647,6 +666,7 @@ def cli_refusals(cli_bench, seq_cls_model, three_label_model, tmp_path_factory) 
         "three-labels": ["--model", three_label_model],
         # hide any GPU so the case means the same on every machine
         "cuda": ["--model", seq_cls_model, "--device", "cuda"],
+        "liger": ["--model", seq_cls_model, "--liger-kernels"],
     }
     procs = {}
     for name, args in runs.items():
@@ -682,4 +702,10 @@ def test_cli_three_label_classifier(cli_refusals):
 def test_cli_device_cuda_without_cuda(cli_refusals):
     r = cli_refusals["cuda"]
     assert_one_error_line(r.run, "--device cuda", "no CUDA device")
+    assert not r.out.exists()
+
+
+def test_cli_liger_kernels_on_the_cpu(cli_refusals):
+    r = cli_refusals["liger"]
+    assert_one_error_line(r.run, "Liger", "CUDA")
     assert not r.out.exists()

@@ -139,6 +139,7 @@ def eval_(
                                            help=flag(ModelSettings, "packing", "--model")),
     share_prefix: Optional[bool] = typer.Option(None, "--share-prefix/--no-share-prefix",
                                                 help=flag(ModelSettings, "share_prefix", "--model")),
+    liger_kernels: bool = typer.Option(False, "--liger-kernels", help=flag(ModelSettings, "liger_kernels", "--model")),
     check: bool = typer.Option(False, "--check", help=flag(ModelSettings, "check", "--model")),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code",
                                            help=flag(ModelSettings, "trust_remote_code")),
@@ -177,7 +178,7 @@ def eval_(
     settings = ModelSettings(**given(backend=backend.value if backend else None, device=device, dtype=dtype,
                                      max_length=max_length, batch_size=batch_size, token_budget=token_budget,
                                      truncation=truncation, check=check, trust_remote_code=trust_remote_code,
-                                     packing=packing, share_prefix=share_prefix))
+                                     packing=packing, share_prefix=share_prefix, liger_kernels=liger_kernels))
     label = "judging" if judge is not None else "scoring" if model is not None else None
     with (progress(label) if label else contextlib.nullcontext(None)) as bar:
         result = evaluate_benchmark(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
@@ -307,6 +308,7 @@ def score(
     packing: Optional[bool] = typer.Option(None, "--packing/--no-packing", help=flag(ModelSettings, "packing")),
     share_prefix: Optional[bool] = typer.Option(None, "--share-prefix/--no-share-prefix",
                                                 help=flag(ModelSettings, "share_prefix")),
+    liger_kernels: bool = typer.Option(False, "--liger-kernels", help=flag(ModelSettings, "liger_kernels")),
     dtype: Optional[str] = typer.Option(None, help=flag(ModelSettings, "dtype")),
     max_length: Optional[int] = typer.Option(None, help=flag(ModelSettings, "max_length")),
     truncation: Optional[str] = typer.Option(None, help=flag(ModelSettings, "truncation")),
@@ -352,7 +354,7 @@ def score(
     settings = ModelSettings(**given(backend=backend.value if backend else None, device=device, dtype=dtype,
                                      max_length=max_length, truncation=truncation, batch_size=batch_size,
                                      token_budget=token_budget, trust_remote_code=trust_remote_code, check=check,
-                                     packing=packing, share_prefix=share_prefix))
+                                     packing=packing, share_prefix=share_prefix, liger_kernels=liger_kernels))
     if ray:
         _score_with_ray(res.prompts, model, output, settings, replicas, overwrite)
         return
@@ -385,7 +387,8 @@ def _score_with_ray(prompts, model, output, settings: ModelSettings, replicas, o
     meta = scores_meta(prompts, model, max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
                        layout=detect_layout(model), backend=s.backend)
     load_kwargs = dict(dtype=s.dtype, max_length=s.max_length, truncation=s.truncation,
-                       trust_remote_code=s.trust_remote_code, packing=s.packing, share_prefix=s.share_prefix)
+                       trust_remote_code=s.trust_remote_code, packing=s.packing, share_prefix=s.share_prefix,
+                       liger_kernels=s.liger_kernels)
     with progress("scoring on Ray") as bar:
         summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs,
                                  token_budget=s.token_budget, batch_size=s.batch_size, replicas=replicas,

@@ -18,14 +18,22 @@ the packed row). CheemsBench-like prompts are about a quarter of the tokens.
 Attention backends, chosen by :func:`packed_backend`:
 
 - ``segments``: PyTorch SDPA once per segment (CPU; exact, O(sum of squared lengths)).
-- ``flash``: flash-attention's variable-length kernel (GPU, ``flash-attn`` installed; rows
-  without shared prefixes, as in training).
-- ``flex``: PyTorch flex attention with a block-sparse mask (GPU; any layout, prefixes too).
+- ``flash``: flash-attention's variable-length kernel (GPU, ``flash-attn`` installed).
+- ``varlen``: the same kind of kernel as PyTorch ships it (``torch.nn.attention.varlen``,
+  PyTorch 2.9 or later, GPU), when flash-attn is not installed.
+- ``flex``: PyTorch flex attention with a block-sparse mask (GPU; any PyTorch 2.5 or later).
+
+The two variable-length kernels see a shared prefix as keys: every segment of the row (a
+prefix, or a member's own tokens) is one query sequence, and a member's keys are its group's
+prefix followed by its own tokens, gathered into one key row; the kernels' causal mask is
+aligned to the end of the keys, so a member's j-th token sees the whole prefix and its own
+first j tokens, as it would in its full sequence.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -39,7 +47,7 @@ __all__ = ["ATTENTION_NAME", "BACKENDS", "Group", "PackedBatch", "common_prefix"
            "use_packed_attention"]
 
 ATTENTION_NAME = "cheems_packed"
-BACKENDS = ("segments", "flash", "flex")
+BACKENDS = ("segments", "flash", "varlen", "flex")
 
 
 @dataclass(frozen=True)
@@ -119,8 +127,6 @@ def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Se
             pos.extend(range(p, p + len(own)))
             last[i] = len(ids) - 1
         layout.append(Group(start, p, tuple(spans)))
-    if backend == "flash" and any(g.prefix for g in layout):
-        backend = "flex"  # varlen kernels keep sequences apart; a shared prefix needs a mask
     return PackedBatch(torch.tensor([ids], dtype=torch.long, device=device),
                        torch.tensor([pos], dtype=torch.long, device=device),
                        torch.tensor(last, dtype=torch.long, device=device), layout, backend,
@@ -133,8 +139,8 @@ def rewards_at(hidden, batch: PackedBatch, head):
 
 
 def packed_backend(device) -> str:
-    """``segments`` on CPU; on CUDA ``flash`` when flash-attn imports, else ``flex``
-    (``CHEEMS_PACKED_ATTENTION`` overrides)."""
+    """``segments`` on CPU; on CUDA ``flash`` when flash-attn imports, else ``varlen`` when
+    PyTorch has it, else ``flex`` (``CHEEMS_PACKED_ATTENTION`` overrides)."""
     forced = os.environ.get("CHEEMS_PACKED_ATTENTION")
     if forced:
         if forced not in BACKENDS:
@@ -145,7 +151,7 @@ def packed_backend(device) -> str:
     try:
         import flash_attn  # noqa: F401
     except ImportError:
-        return "flex"
+        return "varlen" if _torch_varlen() is not None else "flex"
     return "flash"
 
 
@@ -220,20 +226,127 @@ def _cascade_members(op, query, key, value, g: Group, scaling):
     return torch.cat(merged, dim=2)
 
 
-def _flash_attention(query, key, value, batch: PackedBatch, scaling, dropout: float):
-    """flash-attn's varlen kernel over the row's sequences (no shared prefixes)."""
+def _varlen_layout(batch: PackedBatch, device):
+    """The row as variable-length segments (see the module docs): cumulative query and key
+    lengths (int32), the longest of each, and the row positions gathered into the key row
+    (None when no group shares a prefix: the keys are the row itself). Cached on the batch."""
+    cached = batch.cache.get("varlen")
+    if cached is not None:
+        return cached
     torch = require_torch()
-    from flash_attn import flash_attn_varlen_func
+    q_lens, k_lens, gather = [], [], []
+    shared = any(g.prefix for g in batch.groups)
+    for g in batch.groups:
+        s, p = g.start, g.prefix
+        if p:
+            q_lens.append(p)
+            k_lens.append(p)
+            gather.extend(range(s, s + p))
+        for a, n in g.members:
+            q_lens.append(n)
+            k_lens.append(p + n)
+            if shared:
+                gather.extend(range(s, s + p))
+                gather.extend(range(a, a + n))
 
-    cu = batch.cache.get("cu_seqlens")
-    if cu is None:
-        spans = [n for g in batch.groups for _, n in g.members]
-        cu = batch.cache["cu_seqlens"] = torch.tensor([0, *torch.tensor(spans).cumsum(0).tolist()],
-                                                      dtype=torch.int32, device=query.device)
-        batch.cache["max_seqlen"] = max(spans)
+    def cumulative(lens):
+        out, total = [0], 0
+        for n in lens:
+            total += n
+            out.append(total)
+        return torch.tensor(out, dtype=torch.int32, device=device)
+
+    index = torch.tensor(gather, dtype=torch.long, device=device) if shared else None
+    cached = batch.cache["varlen"] = (cumulative(q_lens), cumulative(k_lens), max(q_lens), max(k_lens), index)
+    return cached
+
+
+def _torch_varlen():
+    """PyTorch's own variable-length attention function, or None before PyTorch 2.9."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+@functools.lru_cache(maxsize=None)
+def _varlen_kernel(backend: str):
+    """``kernel(q, k, v, cu_q, cu_k, max_q, max_k, scale, dropout)`` for ``backend`` (``flash`` or
+    ``varlen``): (T, heads, D) queries and (T_k, kv heads, D) keys and values in, (T, heads, D)
+    out, causal aligned to each key sequence's end. PyTorch's signature moved between releases
+    (is_causal, then window_size; scale and enable_gqa added later); the wrapper asks for the
+    same attention through whichever it has; only flash-attn's has dropout. Both run in
+    half precision only: the kernel's ``dtypes``."""
+    torch = require_torch()
+    half = frozenset({torch.float16, torch.bfloat16})
+    if backend == "flash":
+        from flash_attn import flash_attn_varlen_func
+
+        def flash(q, k, v, cu_q, cu_k, max_q, max_k, scale, dropout):
+            return flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p=dropout, softmax_scale=scale,
+                                          causal=True)
+
+        flash.dtypes = half
+        return flash
+    import inspect
+
+    fn = _torch_varlen()
+    if fn is None:
+        raise CheemsInputError("this PyTorch has no torch.nn.attention.varlen (2.9 or later); "
+                               "set CHEEMS_PACKED_ATTENTION=flex")
+    params = inspect.signature(fn).parameters
+    causal = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
+
+    def varlen(q, k, v, cu_q, cu_k, max_q, max_k, scale, dropout):
+        if dropout:
+            raise CheemsInputError("PyTorch's variable-length attention has no dropout; set the model's "
+                                   "attention_dropout to 0, or install flash-attn")
+        extra = dict(causal)
+        if "scale" in params:
+            extra["scale"] = scale
+        elif scale is not None:
+            q = q * (scale * q.shape[-1] ** 0.5)  # the kernel's own scale is 1/sqrt(D)
+        if k.shape[1] != q.shape[1]:
+            if "enable_gqa" in params:
+                extra["enable_gqa"] = True
+            else:
+                rep = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        return fn(q, k, v, cu_q, cu_k, max_q, max_k, **extra)
+
+    varlen.dtypes = half
+    return varlen
+
+
+def _autocast_dtype(torch, kind: str):
+    """The dtype autocast runs in on device ``kind``, or None when autocast is off there."""
+    try:
+        return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else None
+    except (AttributeError, TypeError):  # PyTorch before 2.4: CUDA only
+        return torch.get_autocast_gpu_dtype() if kind == "cuda" and torch.is_autocast_enabled() else None
+
+
+def _varlen_attention(query, key, value, batch: PackedBatch, scaling, dropout: float):
+    """A variable-length kernel (flash-attn's or PyTorch's) over the row's segments, shared
+    prefixes gathered into each member's keys (module docs). (1, H, T, D) in, (1, T, H, D) out.
+
+    The kernels run in half precision: under autocast (mixed-precision training, where the
+    rotary embedding leaves queries and keys in float32) the inputs are cast to autocast's
+    dtype; a float32 model outside autocast runs flex attention instead."""
+    torch = require_torch()
+    kernel = _varlen_kernel(batch.backend)
+    dtypes = getattr(kernel, "dtypes", None)
+    if dtypes and not {query.dtype, key.dtype, value.dtype} <= dtypes:
+        target = _autocast_dtype(torch, query.device.type)
+        if target not in dtypes:
+            return _flex_attention(query, key, value, batch, scaling, dropout)
+        query, key, value = query.to(target), key.to(target), value.to(target)
+    cu_q, cu_k, max_q, max_k, index = _varlen_layout(batch, query.device)
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (T, heads, D)
-    out = flash_attn_varlen_func(q, k, v, cu, cu, batch.cache["max_seqlen"], batch.cache["max_seqlen"],
-                                 dropout_p=dropout, softmax_scale=scaling, causal=True)
+    if index is not None:
+        k, v = k.index_select(0, index), v.index_select(0, index)
+    out = kernel(q, k, v, cu_q, cu_k, max_q, max_k, scaling, dropout)
     return out.unsqueeze(0)  # (1, T, H, D)
 
 
@@ -301,7 +414,7 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
 
         run = torch.compiler.disable(_segments_attention)  # a compiled layer breaks its graph here
         return run(query, key, value, cheems_packing, scaling, dropout), None
-    run = {"flash": _flash_attention, "flex": _flex_attention}[cheems_packing.backend]
+    run = _flex_attention if cheems_packing.backend == "flex" else _varlen_attention
     return run(query, key, value, cheems_packing, scaling, dropout), None
 
 

@@ -16,7 +16,7 @@ from cheems.models.checkpoints import require_torch
 from cheems.records import PromptText
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "EncodeStats", "apply_head", "default_token_budget", "encode_conversation",
-           "pack_in_order", "pad_right", "plan_batches", "reward_at_last_token"]
+           "encode_conversations", "pack_in_order", "pad_right", "plan_batches", "reward_at_last_token"]
 
 # Padded tokens per forward batch, measured with benchmarks/bench_scoring.py: on a GPU every
 # budget from 8k to 32k ran ~29x faster than one sequence at a time; on a 2-core CPU only small
@@ -46,23 +46,40 @@ def encode_conversation(tokenizer, prompt: PromptText, response: str, *, max_len
     A BOS written by the template and added again by the tokenizer is removed once and
     counted; sequences over ``max_length`` are cut (``left`` keeps the end) and counted.
     """
+    return encode_conversations(tokenizer, [(prompt, response)], max_length=max_length, truncation=truncation,
+                                stats=stats)[0]
+
+
+def encode_conversations(tokenizer, items: Sequence[tuple[PromptText, str]], *, max_length: int, truncation: str,
+                         stats: EncodeStats, chunk: int = 1024) -> list[list[int]]:
+    """`encode_conversation` of every (prompt, response) in ``items``, in order. The tokenizer
+    gets the rendered conversations ``chunk`` at a time: a fast tokenizer encodes a list on
+    all cores, several times quicker than one text per call."""
+    out: list[list[int]] = []
+    bos = tokenizer.bos_token_id
+    for start in range(0, len(items), chunk):
+        texts = [_conversation_text(tokenizer, prompt, response, stats)
+                 for prompt, response in items[start:start + chunk]]
+        for ids in tokenizer(texts, add_special_tokens=True)["input_ids"]:
+            if bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
+                stats.doubled_bos += 1  # the template wrote BOS and the tokenizer added another
+                ids = ids[1:]
+            stats.sequences += 1
+            if len(ids) > max_length:
+                stats.truncated += 1
+                ids = ids[-max_length:] if truncation == "left" else ids[:max_length]
+            out.append(ids)
+    return out
+
+
+def _conversation_text(tokenizer, prompt: PromptText, response: str, stats: EncodeStats) -> str:
+    """The conversation as the chat template writes it (role-prefixed lines without one)."""
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     messages = messages + [{"role": "assistant", "content": response}]
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(messages, tokenize=False)
-    else:
-        stats.no_chat_template = True
-        text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
-    ids = tokenizer(text, add_special_tokens=True)["input_ids"]
-    bos = tokenizer.bos_token_id
-    if bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
-        stats.doubled_bos += 1  # the template wrote BOS and the tokenizer added another
-        ids = ids[1:]
-    stats.sequences += 1
-    if len(ids) > max_length:
-        stats.truncated += 1
-        ids = ids[-max_length:] if truncation == "left" else ids[:max_length]
-    return ids
+        return tokenizer.apply_chat_template(messages, tokenize=False)
+    stats.no_chat_template = True
+    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
 def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, device):

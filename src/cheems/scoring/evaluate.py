@@ -42,6 +42,7 @@ class ModelSettings:
                                        help="Most tokens in one forward batch (packed row, or padded)")
     packing: bool = setting(True, help="Pack a batch's sequences into one row instead of padding them")
     share_prefix: bool = setting(True, help="With packing: lay each prompt's common prefix down once")
+    liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
     trust_remote_code: bool = setting(False, help="Allow the checkpoint's own code")
     check: bool = setting(False, help="First verify scores do not depend on batching")
 
@@ -77,7 +78,7 @@ def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Seque
     else:
         rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
                                truncation=s.truncation, trust_remote_code=s.trust_remote_code, packing=s.packing,
-                               share_prefix=s.share_prefix)
+                               share_prefix=s.share_prefix, liger_kernels=s.liger_kernels)
     if s.check:
         exact = s.backend == "transformers" and str(rm.model.dtype) == "torch.float32"
         tolerance = 1e-3 if exact else 5e-2  # bf16/fp16 kernels round more

@@ -22,8 +22,8 @@ from cheems.models.checkpoints import (best_attention, detect_layout, load_class
                                        quiet_transformers, require_torch, resolve_dtype, value_head_source)
 from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, rewards_at,
                                    use_packed_attention)
-from cheems.models.sequences import (EncodeStats, default_token_budget, encode_conversation, pad_right,
-                                     plan_batches, reward_at_last_token)
+from cheems.models.sequences import (EncodeStats, default_token_budget, encode_conversation, encode_conversations,
+                                     pad_right, plan_batches, reward_at_last_token)
 from cheems.records import CheemsInputError, Prompt, PromptText, prompt_key
 
 __all__ = ["TransformersRewardModel", "check_batch_invariance", "conversation_key", "load_reward_model", "score_head",
@@ -50,6 +50,11 @@ class TransformersRewardModel:
         """Token ids of the conversation (prompt turns + the response as the assistant turn)."""
         return encode_conversation(self.tokenizer, prompt, response, max_length=self.max_length,
                                    truncation=self.truncation, stats=self.stats)
+
+    def encode_many(self, items: Sequence[tuple[PromptText, str]]) -> list[list[int]]:
+        """`encode` of every (prompt, response), the tokenizer taking them in chunks."""
+        return encode_conversations(self.tokenizer, items, max_length=self.max_length, truncation=self.truncation,
+                                    stats=self.stats)
 
     # ------------------------------------------------------------------ forward
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
@@ -94,6 +99,12 @@ class TransformersRewardModel:
         return score_items(self, items, token_budget=token_budget, batch_size=batch_size)
 
 
+def encode_all(rm, items: Sequence[tuple[PromptText, str]]) -> list[list[int]]:
+    """``rm.encode_many(items)`` where the backend has it, else ``rm.encode`` one by one."""
+    many = getattr(rm, "encode_many", None)
+    return many(items) if many is not None else [rm.encode(*item) for item in items]
+
+
 def score_items(rm, items: Sequence[tuple[PromptText, str]], *, token_budget: int | None,
                 batch_size: int) -> list[float]:
     """Encode (prompt, response) items with ``rm.encode`` (each distinct conversation once),
@@ -102,7 +113,7 @@ def score_items(rm, items: Sequence[tuple[PromptText, str]], *, token_budget: in
     index: dict[tuple, int] = {}
     first = [index.setdefault(conversation_key(p, r), i) for i, (p, r) in enumerate(items)]
     distinct = sorted(index.values())
-    encoded = [rm.encode(*items[i]) for i in distinct]
+    encoded = encode_all(rm, [items[i] for i in distinct])
     prompts: dict[tuple, int] = {}
     prompt_of = [prompts.setdefault(prompt_key(items[i][0]), len(prompts)) for i in distinct]
     scores: dict[int, float] = {}
@@ -180,13 +191,14 @@ def score_head(model):
 
 def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "auto", max_length: int = 2048,
                       truncation: str = "left", trust_remote_code: bool = False, packing: bool = True,
-                      share_prefix: bool = True) -> TransformersRewardModel:
+                      share_prefix: bool = True, liger_kernels: bool = False) -> TransformersRewardModel:
     """Load a reward model folder with ``from_pretrained``, detecting its layout.
 
     ``dtype="auto"``: bfloat16 on CUDA, float32 on CPU. ``packing`` (default) scores packed
     rows with the packed attention (:mod:`cheems.models.packing`), ``share_prefix`` laying a
     prompt's common prefix down once; without packing, right-padded batches run SDPA attention
-    (or flash-attention 2 on CUDA when installed).
+    (or flash-attention 2 on CUDA when installed). ``liger_kernels`` swaps in Liger's fused
+    RMSNorm, SwiGLU and RoPE kernels (CUDA, the ``[gpu]`` extra).
     """
     torch = require_torch()
     from transformers import AutoModel
@@ -200,6 +212,9 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
         raise CheemsInputError(f"device must be cpu, cuda or cuda:N, got {device!r}", field="device")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise CheemsInputError("--device cuda asked for, but no CUDA device is available", field="device")
+    if liger_kernels and not device.startswith("cuda"):
+        raise CheemsInputError("Liger kernels run on CUDA GPUs only; leave out --liger-kernels or use --device cuda",
+                               field="liger_kernels")
     layout = detect_layout(path)  # checks the folder before anything loads: weights whole, tokenizer, one label
     torch_dtype = resolve_dtype(dtype, device)
     kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
@@ -216,6 +231,10 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
             model = AutoModel.from_pretrained(path, **kwargs)
         v_head = _load_v_head(path).to(device=device, dtype=torch_dtype).eval()
     model = model.to(device).eval()
+    if liger_kernels:
+        from cheems.models.kernels import use_liger_kernels
+
+        use_liger_kernels(model)
     if packing and layout == "seq-cls" and (score_head(model) is None or
                                             getattr(model, getattr(model, "base_model_prefix", ""), None) is None):
         packing = False  # an unfamiliar architecture scores with its own pooling, padded
@@ -258,7 +277,7 @@ def score_prompts(rm: TransformersRewardModel, prompts: Sequence[Prompt], *, tok
     done = done or set()
     index: dict[tuple, int] = {}
     owners: list[list[tuple[str, str]]] = []  # per distinct conversation, the (prompt id, response id) it scores
-    encoded: list[list[int]] = []
+    pending: list[tuple[PromptText, str]] = []  # per distinct conversation, what it encodes
     prompt_of: list[int] = []  # per distinct conversation, its prompt (a prompt's responses share a prefix)
     prompt_index: dict[tuple, int] = {}
     for p in prompts:
@@ -268,14 +287,15 @@ def score_prompts(rm: TransformersRewardModel, prompts: Sequence[Prompt], *, tok
             key = conversation_key(p.prompt, r.content)
             j = index.get(key)
             if j is None:
-                j = index[key] = len(encoded)
-                encoded.append(rm.encode(p.prompt, r.content))
+                j = index[key] = len(pending)
+                pending.append((p.prompt, r.content))
                 prompt_of.append(prompt_index.setdefault(key[0], len(prompt_index)))
                 owners.append([])
             owners[j].append((p.id, r.id))
     total, finished = sum(map(len, owners)), 0
     if progress:
         progress(0, total)
+    encoded = encode_all(rm, pending)
     for batch, scores in scored_batches(rm, encoded, prompt_of, token_budget=token_budget, batch_size=batch_size):
         rows = [(pid, rid, s) for i, s in zip(batch, scores) for pid, rid in owners[i]]
         yield rows

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cheems.records import CheemsInputError, PromptText
-from cheems.models.sequences import EncodeStats, encode_conversation
+from cheems.models.sequences import EncodeStats, encode_conversation, encode_conversations
 from cheems.scoring.transformers_rm import score_items
 
 __all__ = ["VllmChat", "VllmRewardModel", "load_vllm_chat", "load_vllm_reward_model"]
@@ -43,6 +43,10 @@ class VllmRewardModel:
     def encode(self, prompt: PromptText, response: str) -> list[int]:
         return encode_conversation(self.tokenizer, prompt, response, max_length=self.max_length,
                                    truncation=self.truncation, stats=self.stats)
+
+    def encode_many(self, items: Sequence[tuple[PromptText, str]]) -> list[list[int]]:
+        return encode_conversations(self.tokenizer, items, max_length=self.max_length, truncation=self.truncation,
+                                    stats=self.stats)
 
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
         from vllm.inputs import TokensPrompt

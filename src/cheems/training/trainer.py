@@ -42,7 +42,7 @@ from cheems.io import files_fingerprint
 from cheems.metrics import evaluate
 from cheems.models.checkpoints import load_classifier, load_tokenizer, quiet_transformers, require_torch
 from cheems.models.packing import pack_sequences, packed_backend, use_packed_attention
-from cheems.models.sequences import (DEFAULT_TOKEN_BUDGET, EncodeStats, default_token_budget, encode_conversation,
+from cheems.models.sequences import (DEFAULT_TOKEN_BUDGET, EncodeStats, default_token_budget, encode_conversations,
                                      pad_right, plan_batches)
 from cheems.records import CheemsInputError, Prompt, preference_pairs
 from cheems.training.batching import batch_stats, greedy_prompt_batches
@@ -96,16 +96,16 @@ def encode_training_data(prompts: list[Prompt], tokenizer, *, max_length: int, t
     encode_stats = EncodeStats()
     items, ids, pairs_by_prompt = [], [], {}
     n_pairs = dropped = dropped_pairs = n_sequences = 0
-    for pi, p in enumerate(prompts):
-        pairs = preference_pairs(p)
-        if not pairs:
-            continue
+    judged = [(pi, p, pairs) for pi, p in enumerate(prompts) for pairs in [preference_pairs(p)] if pairs]
+    encoded = iter(encode_conversations(tokenizer, [(p.prompt, r.content) for _, p, _ in judged for r in p.responses],
+                                        stats=encode_stats, truncation="left",
+                                        max_length=max_length if truncate else 1 << 62))
+    for pi, p, pairs in judged:
         index = {r.id: k for k, r in enumerate(p.responses)}
         kept: set[int] = set()
         for k, r in enumerate(p.responses):
             n_sequences += 1
-            seq = encode_conversation(tokenizer, p.prompt, r.content, stats=encode_stats, truncation="left",
-                                      max_length=max_length if truncate else 1 << 62)
+            seq = next(encoded)
             if len(seq) > max_length:
                 dropped += 1
                 continue
@@ -155,15 +155,14 @@ class EvalSet:
 def encode_eval_set(paths: list[str], tokenizer, *, max_length: int) -> EvalSet:
     """The ranked benchmarks at ``paths`` (each file its own subset unless rows name one),
     every response encoded; sequences over ``max_length`` keep their last tokens."""
-    prompts, ids, keys = [], [], []
+    prompts = []
     for path in paths:
         prompts.extend(read_prompts(path, require_rank=True, default_subset=Path(path).stem).prompts)
     encode_stats = EncodeStats()
-    for p in prompts:  # scores are needed for every response: over-long ones keep their end
-        for r in p.responses:
-            ids.append(encode_conversation(tokenizer, p.prompt, r.content, max_length=max_length,
-                                           truncation="left", stats=encode_stats))
-            keys.append((p.id, r.id))
+    # scores are needed for every response: over-long ones keep their end
+    ids = encode_conversations(tokenizer, [(p.prompt, r.content) for p in prompts for r in p.responses],
+                               max_length=max_length, truncation="left", stats=encode_stats)
+    keys = [(p.id, r.id) for p in prompts for r in p.responses]
     return EvalSet(prompts, ids, keys)
 
 
