@@ -152,6 +152,12 @@ def dense_reference(query, key, value, batch, scaling):
 def test_packed_attention_equals_the_dense_masked_reference(backend, grad, case, heads, seed):
     """Without gradients a shared prefix runs as a cascade of two softmaxes; with them, as
     one masked SDPA per member, whose gradients must match the reference's too."""
+    check_against_the_reference(case, heads, seed, grad, backend)
+
+
+def check_against_the_reference(case, heads, seed: int, grad: bool, backend: str) -> None:
+    """``packed_attention`` on random queries, keys and values for the layout ``case``, against
+    `dense_reference`: outputs and (with ``grad``) the gradients of a random projection."""
     seqs, groups = case
     batch = pack_sequences(seqs, "cpu", groups=groups, backend=backend)
     t, (h, kv), d = batch.row_tokens, heads, 8
@@ -200,20 +206,7 @@ def test_the_variable_length_layout_equals_the_dense_masked_reference(monkeypatc
     from cheems.models import packing
 
     monkeypatch.setattr(packing, "_varlen_kernel", reference_varlen_kernel)
-    seqs, groups = case
-    batch = pack_sequences(seqs, "cpu", groups=groups, backend="varlen")
-    t, (h, kv), d = batch.row_tokens, heads, 8
-    g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, n, t, d, generator=g).requires_grad_(grad) for n in (h, kv, kv))
-    out, _ = packed_attention(None, q, k, v, None, scaling=d ** -0.5, cheems_packing=batch)
-    reference = dense_reference(q, k, v, batch, d ** -0.5)
-    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
-    if grad:
-        weights = torch.randn(out.shape, generator=g)
-        got = torch.autograd.grad((out * weights).sum(), (q, k, v))
-        want = torch.autograd.grad((reference * weights).sum(), (q, k, v))
-        for a, b in zip(got, want):
-            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    check_against_the_reference(case, heads, seed, grad, "varlen")
 
 
 def test_half_precision_kernels_get_autocast_inputs_or_hand_over_to_flex(monkeypatch):
