@@ -646,4 +646,6 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     started = time.perf_counter()
     for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
         train_epoch(run, epoch, progress)
-    return finish_run(run, train_seconds=time.perf_counter() - started)
+    summary = finish_run(run, train_seconds=time.perf_counter() - started)
+    run.accelerator.end_training()  # several processes: their process group is torn down in step
+    return summary
