@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -250,11 +251,7 @@ def _varlen_layout(batch: PackedBatch, device):
                 gather.extend(range(a, a + n))
 
     def cumulative(lens):
-        out, total = [0], 0
-        for n in lens:
-            total += n
-            out.append(total)
-        return torch.tensor(out, dtype=torch.int32, device=device)
+        return torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device)
 
     index = torch.tensor(gather, dtype=torch.long, device=device) if shared else None
     cached = batch.cache["varlen"] = (cumulative(q_lens), cumulative(k_lens), max(q_lens), max(k_lens), index)
