@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mfu import SHAPES, build, device_peak, flops_formula, mean_context, mfu  # noqa: E402
+from mfu import (SHAPES, build, device_peak, flops_formula, mean_context, mfu,  # noqa: E402
+                 profile_tables, profiler_activities)
 
 MODES = {"padded": dict(packing=False), "packed": dict(packing=True, share_prefix=False),
          "shared": dict(packing=True, share_prefix=True)}
@@ -145,28 +146,21 @@ def main() -> None:
 
 
 def _profile(fn, path: str, device: str) -> None:
-    """Run ``fn`` under torch.profiler; write its operators by device time and by host time."""
-    import torch
-
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.startswith("cuda"):
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    """Run ``fn`` under torch.profiler, then under cProfile; write the operators by device
+    time and by host time, and the Python functions by their own time."""
     import cProfile
     import io
     import pstats
 
-    with torch.profiler.profile(activities=activities) as prof:
+    import torch
+
+    with torch.profiler.profile(activities=profiler_activities(device)) as prof:
         timed(fn, device)
     python = cProfile.Profile()
     python.runcall(timed, fn, device)
     text = io.StringIO()
     pstats.Stats(python, stream=text).sort_stats("tottime").print_stats(30)
-    table = prof.key_averages()
-    sort = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(table.table(sort_by=sort, row_limit=40) + "\n\n")
-        f.write(table.table(sort_by="self_cpu_time_total", row_limit=40) + "\n\n")
-        f.write(text.getvalue())
+    Path(path).write_text(profile_tables(prof, device) + "\n" + text.getvalue(), encoding="utf-8")
     print(f"profile written to {path}")
 
 

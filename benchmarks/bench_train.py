@@ -28,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mfu import SHAPES, build, device_peak, flops_formula, mean_context, mfu  # noqa: E402
+from mfu import (SHAPES, build, device_peak, flops_formula, mean_context, mfu,  # noqa: E402
+                 profile_tables, profiler_activities)
 
 
 def write_data(path: Path, prompts, n: int, repeat_text: int) -> None:
@@ -55,12 +56,9 @@ class Profiled:
     def __init__(self, path: str, device: str):
         import torch
 
-        activities = [torch.profiler.ProfilerActivity.CPU]
-        if device.startswith("cuda"):
-            activities.append(torch.profiler.ProfilerActivity.CUDA)
         self.device = device
         self.path = path
-        self.profiler = torch.profiler.profile(activities=activities,
+        self.profiler = torch.profiler.profile(activities=profiler_activities(device),
                                                schedule=torch.profiler.schedule(wait=9, warmup=1, active=10,
                                                                                 repeat=1),
                                                on_trace_ready=self.write)
@@ -74,11 +72,7 @@ class Profiled:
             self.profiler = None
 
     def write(self, prof) -> None:
-        table = prof.key_averages()
-        sort = "self_cuda_time_total" if self.device.startswith("cuda") else "self_cpu_time_total"
-        with open(self.path, "w", encoding="utf-8") as f:
-            f.write(table.table(sort_by=sort, row_limit=40) + "\n\n")
-            f.write(table.table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+        Path(self.path).write_text(profile_tables(prof, self.device), encoding="utf-8")
         print(f"profile of steps 10-19 written to {self.path}")
 
 

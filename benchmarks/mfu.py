@@ -120,5 +120,24 @@ def measured_gemm(device: str, size: int = 2048, repeat: int = 5) -> float:
     return 2 * size ** 3 / best
 
 
+def profiler_activities(device: str) -> list:
+    """torch.profiler's activities for ``device``: the host, and the GPU on CUDA."""
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return activities
+
+
+def profile_tables(prof, device: str) -> str:
+    """A finished torch.profiler run as two tables: operators by device time (host time on a
+    CPU), then by host time."""
+    table = prof.key_averages()
+    sort = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    return table.table(sort_by=sort, row_limit=40) + "\n\n" + table.table(sort_by="self_cpu_time_total",
+                                                                         row_limit=40) + "\n"
+
+
 def mfu(shape: str, context: float, factor: int, tokens_per_s: float, peak: float) -> float:
     return factor * forward_flops_per_token(shape, context) * tokens_per_s / peak
