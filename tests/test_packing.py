@@ -375,6 +375,9 @@ class RecordingScorer:
     def token_budget(self, asked=None):
         return asked or self.budget
 
+    def max_batch(self, asked):
+        return asked
+
     def score_packed(self, seqs, groups):
         self.rows.append([[list(seqs[k]) for k in g] for g in groups])
         return [float(len(s)) for s in seqs]

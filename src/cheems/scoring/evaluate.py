@@ -37,11 +37,12 @@ class ModelSettings:
     dtype: str = setting("auto", help="auto (bfloat16 on CUDA, float32 on CPU), bfloat16, float16, float32")
     max_length: int = setting(2048, help="Longer conversations are truncated (and counted)")
     truncation: str = setting("left", help="left keeps the end of the response, right keeps the start")
-    batch_size: int = setting(64, help="Most sequences in one forward batch")
+    batch_size: int = setting(64, help="Most sequences in one forward batch (vLLM forms its own)")
     token_budget: int | None = setting(None, default_text="1024 on CPU, 16384 on CUDA",
                                        help="Most tokens in one forward batch (packed row, or padded)")
     packing: bool = setting(True, help="Pack a batch's sequences into one row instead of padding them")
-    share_prefix: bool = setting(True, help="With packing: lay each prompt's common prefix down once")
+    share_prefix: bool = setting(True, help="With packing: lay each prompt's common prefix down once "
+                                               "(vllm: its prefix caching)")
     liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
     trust_remote_code: bool = setting(False, help="Allow the checkpoint's own code")
     check: bool = setting(False, help="First verify scores do not depend on batching")
@@ -74,7 +75,7 @@ def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Seque
         from cheems.scoring.vllm_backend import load_vllm_reward_model
 
         rm = load_vllm_reward_model(str(path), max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
-                                    trust_remote_code=s.trust_remote_code)
+                                    trust_remote_code=s.trust_remote_code, prefix_caching=s.share_prefix)
     else:
         rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
                                truncation=s.truncation, trust_remote_code=s.trust_remote_code, packing=s.packing,

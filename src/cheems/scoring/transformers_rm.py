@@ -93,6 +93,10 @@ class TransformersRewardModel:
         """``asked``, or the default for this device (see DEFAULT_TOKEN_BUDGET)."""
         return asked if asked is not None else default_token_budget(self.device)
 
+    def max_batch(self, asked: int) -> int:
+        """Most sequences in one forward batch: ``asked``."""
+        return asked
+
     def score(self, items: Sequence[tuple[PromptText, str]], *, token_budget: int | None = None,
               batch_size: int = 64) -> list[float]:
         """The scorer interface: one float per (prompt, response), in input order."""
@@ -132,6 +136,7 @@ def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int
     and packed into rows of at most ``token_budget`` tokens and ``batch_size`` sequences.
     """
     budget = rm.token_budget(token_budget)
+    batch_size = rm.max_batch(batch_size)
     if not getattr(rm, "packing", False):
         for batch in plan_batches([len(x) for x in encoded], token_budget=budget, max_batch_size=batch_size):
             yield batch, rm.score_ids([encoded[i] for i in batch])

@@ -4,7 +4,9 @@
   runner. Conversations are encoded exactly as the transformers scorer encodes them (same
   chat template, BOS and truncation rules) and handed to vLLM as token ids, so both backends
   score the same sequences. vLLM's classify task may pass the single logit through an
-  activation (sigmoid); it is monotonic, so Accuracy and Exact Match are unchanged.
+  activation (sigmoid); it is monotonic, so Accuracy and Exact Match are unchanged. A prompt's
+  responses go to vLLM together, one after the other, and vLLM's automatic prefix caching
+  (on by default here) computes their shared prompt tokens once.
 - :class:`VllmChat`: a local judge model; ``generate(list of message lists) -> list of texts``,
   continuous batching done by vLLM.
 """
@@ -39,6 +41,8 @@ class VllmRewardModel:
     truncation: str = "left"
     stats: EncodeStats = field(default_factory=EncodeStats)
     layout: str = "seq-cls"
+    share_prefix: bool = True  # vLLM's prefix cache is on: keep a prompt's responses together
+    packing = True  # batches are whole prompts (see `scored_batches`); vLLM lays out the sequences itself
 
     def encode(self, prompt: PromptText, response: str) -> list[int]:
         return encode_conversation(self.tokenizer, prompt, response, max_length=self.max_length,
@@ -54,9 +58,18 @@ class VllmRewardModel:
         outputs = self.llm.classify([TokensPrompt(prompt_token_ids=list(ids)) for ids in batch], use_tqdm=False)
         return [float(o.outputs.probs[0]) for o in outputs]
 
+    def score_packed(self, seqs: Sequence[Sequence[int]], layout: Sequence[Sequence[int]]) -> list[float]:
+        """The scores of ``seqs``, handed to vLLM in this order: the members of one group of
+        ``layout`` (a prompt's responses) are adjacent, so that its prefix cache serves them."""
+        return self.score_ids(seqs)
+
     def token_budget(self, asked: int | None = None) -> int:
         """vLLM schedules its own batches: hand it large groups."""
         return asked if asked is not None else 1 << 20
+
+    def max_batch(self, asked: int) -> int:
+        """Sequences per call: vLLM forms its own forward batches, so a call takes many."""
+        return max(asked, 1 << 16)
 
     def score(self, items: Sequence[tuple[PromptText, str]], *, token_budget: int | None = None,
               batch_size: int = 1 << 16) -> list[float]:
@@ -65,13 +78,16 @@ class VllmRewardModel:
 
 def load_vllm_reward_model(path: str, *, max_length: int = 2048, truncation: str = "left", dtype: str = "auto",
                            tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                           trust_remote_code: bool = False) -> VllmRewardModel:
-    """A sequence-classification reward model in vLLM's pooling runner."""
+                           trust_remote_code: bool = False, prefix_caching: bool = True) -> VllmRewardModel:
+    """A sequence-classification reward model in vLLM's pooling runner; with
+    ``prefix_caching``, vLLM's automatic prefix caching computes a prompt's tokens once for
+    all its responses (the classify task reads only the last token, so cached prefixes serve
+    it)."""
     vllm = _require_vllm()
     llm = vllm.LLM(model=str(path), runner="pooling", dtype=dtype, max_model_len=max_length,
                    tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
-                   trust_remote_code=trust_remote_code)
-    return VllmRewardModel(llm, llm.get_tokenizer(), max_length, truncation)
+                   trust_remote_code=trust_remote_code, enable_prefix_caching=prefix_caching)
+    return VllmRewardModel(llm, llm.get_tokenizer(), max_length, truncation, share_prefix=prefix_caching)
 
 
 @dataclass
