@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import cheems.formats as formats
+import cheems.formats.official as formats
 from cheems.formats import parse_row
 from cheems.records import CheemsInputError
 

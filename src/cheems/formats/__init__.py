@@ -1,0 +1,46 @@
+"""Read and write prompt rows in every format cheems understands, detected row by row.
+
+Accepted row shapes (JSONL, a JSON list, or Parquet with the ``parquet`` extra), by the name
+``--format`` / ``fmt=`` forces (:data:`FORMATS`; ``docs/formats.md`` shows one row of each and
+how it maps), and the module that reads them:
+
+- ``cheems``, ``cheems-pairwise``, ``task``: official Cheems rows, ranked lists, pairwise rows and
+  annotated tasks (:mod:`~cheems.formats.official`)
+- ``pair`` (RewardBench style), ``medicalgpt``: chosen / rejected pairs (:mod:`~cheems.formats.pairs`)
+- ``sharegpt``, ``alpaca``, ``alpaca-ranking``: LLaMA-Factory (:mod:`~cheems.formats.llamafactory`)
+- ``autoj``, ``critiquellm``, ``pandalm``: judges' labelled pairs, a tie kept as a tie
+  (:mod:`~cheems.formats.judge_pairs`)
+- ``rmb``, ``rmb-bon``: RMB pairwise and best-of-N rows (:mod:`~cheems.formats.rmb`)
+- ``hh-rlhf``, ``trl``: chat transcripts (:mod:`~cheems.formats.transcripts`)
+
+:mod:`~cheems.formats.registry` lists them all once; :mod:`~cheems.formats.detect` tells a row's
+format from its keys; :mod:`~cheems.formats.rows` reads raw rows from a file,
+:mod:`~cheems.formats.read` whole files into prompts, :mod:`~cheems.formats.plain` plain cheems
+rows without making prompts; :mod:`~cheems.formats.join` joins the rows of one prompt;
+:mod:`~cheems.formats.write` holds the rows cheems writes.
+
+A row without ``id`` gets :func:`cheems.records.prompt_id` of its prompt and response contents,
+so rows that repeat a prompt with other responses are separate items; :func:`group_by_prompt`
+joins them back into one prompt where that is wanted (training). Every error is a
+:class:`~cheems.records.CheemsInputError` naming file, line and field.
+"""
+
+from __future__ import annotations
+
+from cheems.formats.detect import check_format, detect_format, parse_row
+from cheems.formats.fields import CONSUMED, category_field, prompt_field, row_id, subset_field
+from cheems.formats.join import check_unique_ids, drop_repeated_rows, group_by_prompt, merge_prompts
+from cheems.formats.llamafactory import SHAREGPT_ROLES
+from cheems.formats.official import ANNOTATION_LABELS, COMPARISON_KEYS, RESPONSE_KEYS
+from cheems.formats.plain import PLAIN_ROW_KEYS, PlainBatch
+from cheems.formats.read import ReadResult, read_many, read_prompts, read_scores
+from cheems.formats.registry import FORMAT_NAMES, FORMATS, ROW_FORMATS
+from cheems.formats.rows import NotPlain, iter_rows, row_chunks
+from cheems.formats.spec import RowFormat
+from cheems.formats.write import score_rows
+
+__all__ = ["ANNOTATION_LABELS", "COMPARISON_KEYS", "CONSUMED", "FORMAT_NAMES", "FORMATS", "RESPONSE_KEYS",
+           "ROW_FORMATS", "RowFormat", "SHAREGPT_ROLES", "category_field", "check_format", "check_unique_ids",
+           "detect_format", "drop_repeated_rows", "group_by_prompt", "iter_rows", "merge_prompts", "NotPlain",
+           "parse_row", "PLAIN_ROW_KEYS", "PlainBatch", "prompt_field", "read_many", "read_prompts",
+           "read_scores", "ReadResult", "row_chunks", "row_id", "score_rows", "subset_field"]

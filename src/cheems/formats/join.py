@@ -1,0 +1,171 @@
+"""Rows of one prompt: joined into one prompt, and repeated ids found.
+
+- :func:`merge_prompts` joins rows of the same prompt id (one row per annotated task);
+- :func:`group_by_prompt` joins rows of the same prompt text (one row per pair, as most public
+  formats are written) for training;
+- :func:`drop_repeated_rows` removes rows that repeat an earlier row exactly, and
+  :func:`check_unique_ids` refuses two different rows under one id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cheems.formats.read import ReadResult
+from cheems.records import CheemsInputError, Comparison, Prompt, Response, prompt_key, rank_comparisons, response_id
+
+__all__ = ["check_unique_ids", "drop_repeated_rows", "group_by_prompt", "merge_prompts"]
+
+
+def merge_prompts(prompts: list[Prompt],
+                  locations: list[tuple[str, int]] | None = None) -> list[Prompt]:
+    """Join rows of the same prompt id (e.g. one row per annotated task) into one prompt.
+
+    Rows with the same id must hold the same prompt (the first row's category and subset
+    are kept); one id naming two different prompts is an error, since scores files address
+    responses by (prompt id, response id). Responses are united by id (first-seen order) and comparisons
+    concatenated; a response id given two different contents is an error located by
+    ``locations[i]`` = (file, line) of row i when given. Rows without an ``id`` share one only
+    when they hold the same prompt and responses (:func:`~cheems.formats.fields.row_id`); to
+    join the rows that repeat a prompt with other responses, use :func:`group_by_prompt`.
+    """
+    seen: set[str] = set()
+    repeated = {p.id for p in prompts if p.id in seen or seen.add(p.id)}
+    if not repeated:
+        return list(prompts)
+    merged: dict[str, Prompt] = {}
+    for i, p in enumerate(prompts):
+        if p.id not in repeated:
+            merged[p.id] = p
+            continue
+        q = merged.get(p.id)
+        if q is not None and q.prompt != p.prompt:
+            raise CheemsInputError(f"prompt id {p.id!r} names two different prompts; give them distinct ids",
+                                   field="id", **_where(locations, i))
+        if q is None:
+            merged[p.id] = Prompt(p.id, p.prompt, list(p.responses), p.rank, list(p.comparisons),
+                                  p.category, p.subset, dict(p.extra))
+            continue
+        known = {r.id: r for r in q.responses}
+        for r in p.responses:
+            if r.id not in known:
+                q.responses.append(r)
+            elif known[r.id].content != r.content:
+                raise CheemsInputError(f"response {r.id!r} of prompt {p.id!r} has a different content "
+                                       "than in an earlier row", field="responses", **_where(locations, i))
+        q.comparisons.extend(p.comparisons)
+        q.rank = None
+    return list(merged.values())
+
+
+def group_by_prompt(prompts: list[Prompt]) -> list[Prompt]:
+    """Join the rows that hold the same prompt into one prompt each, in first-seen order.
+
+    Files such as LLaMA-Factory's DPO data, RewardBench or RMB hold one row per pair, so a
+    prompt answered several times is several rows (several ids). The same prompt means the
+    same text, or the same chat messages (one user message equals its text). A prompt held by
+    one row is returned as it is (the same object). Rows that share a prompt become one
+    :class:`Prompt` with:
+
+    - the first row's id, prompt, category, subset and extra keys;
+    - the rows' responses united by content, in first-seen order; a response keeps its id
+      unless an earlier, different content holds it in the group (then it takes the md5 of
+      its content, :func:`~cheems.records.response_id`);
+    - no rank: a rank orders only its own row's responses. Each ranked row contributes its
+      rank's comparisons (:func:`~cheems.records.rank_comparisons`: ``g`` for every ordered
+      pair, ``s`` for a tie; ``source="rank"``) and each unranked row its comparisons, so
+      :func:`~cheems.records.preference_pairs` of the joined prompt is the union of the rows'
+      pairs (as a ranked row's own comparisons are ignored there, they are left out here too).
+
+    Contradicting rows give contradicting pairs; :func:`cheems.graph.resolve_conflicts`
+    resolves them. O(total responses + comparisons).
+    """
+    groups: dict[Any, list[Prompt]] = {}
+    for p in prompts:
+        groups.setdefault(prompt_key(p.prompt), []).append(p)
+    return [rows[0] if len(rows) == 1 else _join_rows(rows) for rows in groups.values()]
+
+
+def _join_rows(rows: list[Prompt]) -> Prompt:
+    """The rows of one prompt as one prompt (see :func:`group_by_prompt`)."""
+    by_content: dict[str, str] = {}  # content -> its id in the joined prompt
+    used: set[str] = set()  # the ids of the joined prompt's responses
+    responses: list[Response] = []
+    comparisons: list[Comparison] = []
+    for p in rows:
+        ids: dict[str, str] = {}  # this row's response id -> the joined one
+        for r in p.responses:
+            rid = by_content.get(r.content)
+            if rid is None:
+                rid = r.id if r.id not in used else _free_id(r.content, used)
+                by_content[r.content] = rid
+                used.add(rid)
+                responses.append(r if rid == r.id else Response(rid, r.content, r.model, dict(r.extra)))
+            ids[r.id] = rid
+        if p.rank is not None:
+            comparisons += [Comparison(ids[c.a], ids[c.b], c.label, source="rank") for c in rank_comparisons(p.rank)]
+            continue
+        for c in p.comparisons:
+            a, b = ids[c.a], ids[c.b]
+            comparisons.append(c if (a, b) == (c.a, c.b) else
+                               Comparison(a, b, c.label, c.annotator, c.source, dict(c.extra)))
+    first = rows[0]
+    return Prompt(first.id, first.prompt, responses, None, comparisons, list(first.category), first.subset,
+                  dict(first.extra))
+
+
+def _free_id(content: str, taken: set[str]) -> str:
+    """The md5 of ``content``, suffixed until no id in ``taken`` holds it."""
+    rid, n = response_id(content), 1
+    while rid in taken:
+        rid, n = f"{response_id(content)}-{n}", n + 1
+    return rid
+
+
+def _where(locations: list[tuple[str, int]] | None, i: int) -> dict:
+    if not locations:
+        return {}
+    file, line = locations[i]
+    return {"file": file, "line": line}
+
+
+def drop_repeated_rows(res: ReadResult) -> int:
+    """Remove, in place, rows that repeat an earlier row exactly (same id and the same prompt,
+    responses, ranking and comparisons), as LLaMA-Factory's own sample files do: one item,
+    counted once. Returns how many were removed. Rows that share an id but differ stay, for
+    :func:`check_unique_ids` to refuse."""
+    seen: dict[str, dict] = {}
+    keep = []
+    for i, p in enumerate(res.prompts):
+        row = p.to_dict()
+        if seen.get(p.id) == row:
+            continue
+        seen.setdefault(p.id, row)
+        keep.append(i)
+    removed = len(res.prompts) - len(keep)
+    if removed:
+        res.prompts = [res.prompts[i] for i in keep]
+        res.lines = [res.lines[i] for i in keep]
+        res.files = [res.files[i] for i in keep]
+    return removed
+
+
+def check_unique_ids(prompts: list[Prompt], locations: list[tuple[str, int]] | None = None) -> None:
+    """Raise CheemsInputError at the second row that reuses a prompt id, naming the first.
+
+    Two rows share an id when both give it, or when neither does and they hold the same
+    prompt and responses (:func:`~cheems.formats.fields.row_id`); the message says whether their
+    contents differ.
+    """
+    first: dict[str, int] = {}
+    for i, p in enumerate(prompts):
+        j = first.setdefault(p.id, i)
+        if j != i:
+            earlier = f" (first at {locations[j][0]}:{locations[j][1]})" if locations else ""
+            q = prompts[j]
+            same = q.prompt == p.prompt and sorted(r.content for r in q.responses) == sorted(
+                r.content for r in p.responses)
+            what = ("the two rows repeat one prompt and its responses: drop one" if same else
+                    "by two rows of different content (prompt or responses): give them distinct ids")
+            raise CheemsInputError(f"prompt id {p.id!r} is used twice{earlier}, {what}; scores could not tell "
+                                   "the two apart", field="id", **_where(locations, i))
