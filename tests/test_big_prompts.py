@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cheems.curation import filters
+from cheems.curation import near_duplicates
 from cheems.curation.debias import DROPPED_KEY, KINDS, SET_ASIDE_KEY, length_debias
 from cheems.curation.filters import (PROMPT_RULE, RULES, FilterConfig, filter_prompt, filter_prompts, jaccard,
                                      shingles, text_length, without_whitespace)
@@ -238,7 +238,7 @@ def test_wide_alphabets_match_the_plain_reference(k, threshold):
 def test_hash_collisions_fall_back_to_sorting_the_columns(monkeypatch):
     """Every shingle hashed alike: the runs of equal hashes hold different shingles, which
     is seen, and the exact lexsort decides."""
-    monkeypatch.setattr(filters, "_mix", lambda columns: np.zeros(len(columns[0]), np.uint64))
+    monkeypatch.setattr(near_duplicates, "mix_columns", lambda columns: np.zeros(len(columns[0]), np.uint64))
     p = big_row(120, seed=3)
     assert len(set("".join(r.content for r in p.responses))) > 4096  # more than one column
     config = FilterConfig(near_duplicate_threshold=0.5, min_responses=1)

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cheems.curation import filters
+from cheems.curation import filters, near_duplicates, text_measures
 from cheems.curation.filters import (PROMPT_RULE, RULES, FilterConfig, filter_prompt, filter_prompts,
                                      han_count, jaccard, non_chinese_ratio, repeated_ngram_share,
                                      script_counts, shingles, strip_code_and_formulas)
@@ -441,7 +441,7 @@ def test_repeated_ngram_share_against_brute_force(text, n, m):
 @FAST
 @given(st.lists(SMALL_TEXT, max_size=6), st.integers(2, 5), st.integers(2, 4))
 def test_repetition_screen_matches_exact_per_text(texts, n, m):
-    share, most = filters._repetition_screen(texts, n, m)
+    share, most = text_measures.repetition_screen(texts, n, m)
     for t, s, c in zip(texts, share, most):
         assert s == pytest.approx(repeated_ngram_share(t, n, m))
         grams = [t[i:i + n] for i in range(len(t) - n + 1)]
@@ -452,7 +452,7 @@ def test_repetition_screen_matches_exact_per_text(texts, n, m):
 @given(st.lists(st.lists(SMALL_TEXT, max_size=5), max_size=4), st.integers(1, 5))
 def test_shingle_overlaps_against_sets(groups, k):
     for g in groups:  # the overlaps the near-duplicate rule counts, from the shingle ids it uses
-        text, shingle = filters._window_ids(g, k)
+        text, shingle = near_duplicates.window_ids(g, k)
         ids = [set(shingle[text == a].tolist()) for a in range(len(g))]
         sets = [{t[i:i + k] for i in range(len(t) - k + 1)} for t in g]
         for a in range(len(g)):

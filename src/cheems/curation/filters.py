@@ -59,36 +59,44 @@ prompt record (``rule="too_few_responses"``, ``response_id=None``) and each of i
 that passed the rules gets a response record with the same rule, so that always
 ``input responses == kept responses + response records`` (see :meth:`FilterResult.report`).
 
+The measures the rules apply live in `cheems.curation.text_measures` and the near-duplicate
+join in `cheems.curation.near_duplicates`; the public ones are importable from here as well.
+
 Cost: every response rule is linear in the response length (compiled regexes and C-level
 str methods). Repeated n-grams are screened in bulk with numpy on 64-bit hashes of the windows
-for a batch of prompts at once (a screened share is an upper bound; only a text whose bound
-passes the threshold is measured exactly with :func:`repeated_ngram_share`). The length
-outlier reads the median of the others off the prompt's sorted lengths (O(log k)). Exact
-copies are a dict lookup; near duplicates use the prefix filter of exact set-similarity
-joins on exact shingle ids (see the "near duplicates" section): a response meets only the
-kept responses that share one of its rarest shingles, and each such candidate is confirmed on
-the exact sets, so the result is that of comparing every pair without comparing them. One
-prompt with 10,000 responses of 50-800 characters takes about 2 s where comparing all pairs
-took minutes (``benchmarks/bench_big_prompt.py``). Measured: 100k responses of about 500
-characters in about 20 s on one core of a small shared virtual machine (plain
+for a batch of prompts at once (:func:`repetition_screen`: a screened share is an upper bound;
+only a text whose bound passes the threshold is measured exactly with
+:func:`repeated_ngram_share`). The length outlier reads the median of the others off the
+prompt's sorted lengths (O(log k)). Exact copies are a dict lookup; near duplicates use the
+prefix filter of exact set-similarity joins on exact shingle ids (:func:`later_copies`): a
+response meets only the kept responses that share one of its rarest shingles, and each such
+candidate is confirmed on the exact sets, so the result is that of comparing every pair without
+comparing them. One prompt with 10,000 responses of 50-800 characters takes about 2 s where
+comparing all pairs took minutes (``benchmarks/bench_big_prompt.py``). Measured: 100k responses
+of about 500 characters in about 20 s on one core of a small shared virtual machine (plain
 ``sum(range(10**6))`` takes 40 ms there), most of it in the per-response regexes.
 """
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from itertools import repeat
 from typing import Callable, Iterable
 
 import numpy as np
 
+from cheems.curation.near_duplicates import ShingleSets, jaccard, later_copies, shingle_sets, shingles
+from cheems.curation.text_measures import (GARBLED_CHARS, GARBLING_HINT, HAN_RANGES, MOJIBAKE, NEUTRAL_LETTER_RANGES,
+                                           Fences, code_fences, han_count, most_repeated_line, non_chinese_ratio,
+                                           repeated_ngram_share, repetition_screen, repetition_text, script_counts,
+                                           strip_code_and_formulas, text_length, truncation_signal, visible_chars,
+                                           without_whitespace)
 from cheems.io import gc_paused
 from cheems.records import CheemsInputError, Prompt, Response
 from cheems.settings import check_settings, setting
 
+# the measures and the join below are re-exported: callers import them from this module too
 __all__ = ["BATCH_CHARS", "BATCH_PROMPTS", "FOREIGN_LANGUAGE_MARKERS", "GARBLED_CHARS", "HAN_RANGES", "MOJIBAKE",
            "NEUTRAL_LETTER_RANGES", "PROMPT_RULE", "RULES", "FilterConfig", "FilterResult", "filter_prompt",
            "filter_prompts", "han_count", "jaccard", "most_repeated_line", "non_chinese_ratio", "repeated_ngram_share",
@@ -105,525 +113,6 @@ PROMPT_RULE = "too_few_responses"
 FOREIGN_LANGUAGE_MARKERS = ("英文", "英语", "翻译", "译成", "外语", "日语", "日文", "韩语", "韩文",
                             "法语", "德语", "俄语", "西班牙语", "english", "translat")
 """Words in a prompt that ask for another language; see ``FilterConfig.prompt_aware``."""
-
-# ----------------------------------------------------------------------------- characters
-
-HAN_RANGES = ((0x3400, 0x4DBF),    # CJK Unified Ideographs Extension A
-              (0x4E00, 0x9FFF),    # CJK Unified Ideographs
-              (0xF900, 0xFAFF),    # CJK Compatibility Ideographs
-              (0x20000, 0x3FFFF))  # planes 2 and 3: extensions B-I, compatibility supplement
-"""Code point ranges (inclusive) that count as Han characters."""
-
-NEUTRAL_LETTER_RANGES = ((0x3000, 0x303F),  # CJK symbols and punctuation (incl. 々 〆 〇)
-                         (0x3100, 0x312F),  # Bopomofo (Chinese phonetic symbols)
-                         (0x31A0, 0x31BF),  # Bopomofo extended
-                         (0xFF00, 0xFFEF))  # full-width and half-width forms
-"""Ranges whose letters count neither as Chinese nor as non-Chinese."""
-
-
-def _class(ranges) -> str:
-    return "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
-
-
-_HAN_RUNS = re.compile(f"[{_class(HAN_RANGES)}]+")
-# letters (word characters that are not digits or "_") outside the Han and neutral ranges;
-# a run may still hold a non-letter word character such as "²", so runs are checked below
-_OTHER_LETTER_RUNS = re.compile(rf"[^\W\d_{_class(HAN_RANGES)}{_class(NEUTRAL_LETTER_RANGES)}]+")
-
-GARBLED_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ue000-\uf8ff"
-                           "\ufffe\uffff\U000f0000-\U0010ffff]")
-"""Code points that do not belong in generated text: C0 controls other than tab, newline and
-carriage return, DEL, C1 controls, lone surrogates, private-use characters and the
-noncharacters U+FFFE / U+FFFF."""
-
-# bytes 0x80-0xBF of UTF-8 as Latin-1 / Windows-1252 show them
-_CONT = "\x80-\xbf\u20ac\u201a\u0192\u201e\u2026\u2020\u2021\u02c6\u2030\u0160\u2039\u0152\u017d" \
-        "\u2018\u2019\u201c\u201d\u2022\u2013\u2014\u02dc\u2122\u0161\u203a\u0153\u017e\u0178"
-MOJIBAKE = re.compile(f"[\u00c2\u00c3][{_CONT}]|[\u00e0-\u00ef][{_CONT}]{{2}}")
-"""UTF-8 read as Latin-1 / Windows-1252: ``Ã`` or ``Â`` before a continuation byte (``Ã©`` for
-é), or a three-byte lead ``à``-``ï`` before two continuation bytes (``â€œ`` for “, ``ä¸­`` for
-中). Plain French or German text does not produce them."""
-
-# one character class: a text without any of these has no garbling signal at all
-_ANY_GARBLE = re.compile("[\ufffd" + GARBLED_CHARS.pattern[1:-1] + "\u00c2\u00c3\u00e0-\u00ef]")
-
-_ZERO_WIDTH = "\u200b\u200c\u200d\u2060\ufeff"
-_ZERO_WIDTH_DELETE = dict.fromkeys(map(ord, _ZERO_WIDTH))
-
-# ----------------------------------------------------------------------------- code and math
-
-_FENCE_LINE = re.compile(r"^[ \t]*(`{3,}|~{3,})(.*)$", re.M)
-_INLINE_CODE = re.compile(r"(?<!`)(`{1,2})(?!`)[^\n]+?(?<!`)\1(?!`)")
-_FORMULA = re.compile(
-    r"\$\$.+?\$\$"                                      # $$ display $$
-    r"|\\\[.+?\\\]"                                     # \[ display \]
-    r"|\\\(.+?\\\)"                                     # \( inline \)
-    r"|\\begin\{([A-Za-z]+\*?)\}.*?\\end\{\1\}"         # \begin{align} ... \end{align}
-    r"|(?<![\\$])\$(?![\s$])(?:\\.|[^$\\\n])+?(?<![\s\\])\$(?![\d$])",  # $x$, not "$5 和 $10"
-    re.S)
-_ADDRESS = re.compile(
-    r"(?:(?:https?|ftp)://|www\.)[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+"     # URL
-    r"|[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}"                     # e-mail
-    r"|(?<![\w.@/-])(?:[A-Za-z0-9\-]+\.)+(?:com|org|net|edu|gov|io|cn|ai|co|dev|info)"
-    r"(?![A-Za-z0-9\-])(?:/[A-Za-z0-9\-._~:/?#@!$&'*+,;=%]*)?")              # bare domain
-_ADDRESS_HINT = re.compile(r"://|www\.|@|\.(?:co|org|net|edu|gov|io|cn|ai|dev|info)")
-# a text without an _ADDRESS_HINT match has no address (and is scanned five times faster)
-
-
-def _fences(text: str) -> tuple[list[tuple[int, int]], bool]:
-    """Spans of fenced code blocks and whether the last one is left open.
-
-    A fence is a line of three or more backticks or tildes (any indentation, an info string
-    such as ``python`` allowed on the opening line); the block ends at a line holding only a
-    fence of the same character at least as long. An open block runs to the end of the text.
-    """
-    if "```" not in text and "~~~" not in text:
-        return [], False
-    spans = []
-    opened: tuple[int, str, int] | None = None  # (start, fence char, fence length)
-    for m in _FENCE_LINE.finditer(text):
-        fence, rest = m.group(1), m.group(2)
-        if opened is None:
-            if fence[0] == "`" and "`" in rest:  # ```a``` on one line is inline code
-                continue
-            opened = (m.start(), fence[0], len(fence))
-        elif fence[0] == opened[1] and len(fence) >= opened[2] and not rest.strip():
-            spans.append((opened[0], m.end()))
-            opened = None
-    if opened is not None:
-        spans.append((opened[0], len(text)))
-    return spans, opened is not None
-
-
-def _cut(text: str, spans: list[tuple[int, int]], fill: str) -> str:
-    parts, last = [], 0
-    for a, b in spans:
-        parts.append(text[last:a])
-        last = b
-    parts.append(text[last:])
-    return fill.join(parts)
-
-
-def strip_code_and_formulas(text: str, code: bool = True, formulas: bool = True,
-                            urls: bool = True) -> str:
-    """The text without its code, math and web addresses, for judging the language of the
-    prose around them.
-
-    ``code``: fenced blocks are replaced by a newline and inline ```code``` / ````code````
-    spans (on one line) by a space. A fenced block opens at a line of three or more backticks
-    or tildes (any indentation, an info string such as ``python`` allowed) and closes at a
-    line holding only a fence of the same character at least as long; an unclosed block runs
-    to the end of the text. ``formulas``: ``$$...$$``, ``\\[...\\]``, ``\\(...\\)``,
-    ``\\begin{env}...\\end{env}`` and inline ``$...$`` are replaced by a space. An inline
-    ``$...$`` stays on one line, starts with no space after the opening ``$``, has none
-    before the closing one and is not followed by a digit, so prices such as ``$5 和 $10``
-    are left alone. Code is removed before formulas, so a ``$`` inside code is not math.
-    ``urls``: web addresses (``http://``, ``https://``, ``ftp://`` or ``www.`` followed by
-    ASCII URL characters, and bare domains such as ``hbr.org/topic`` under a common top-level
-    domain) and e-mail addresses are replaced by a space.
-    """
-    return _strip(text, _fences(text)[0] if code else [], code, formulas, urls)
-
-
-def _strip(text: str, spans: list[tuple[int, int]], code: bool, formulas: bool,
-           urls: bool) -> str:
-    """:func:`strip_code_and_formulas` given the fenced blocks' spans."""
-    if code:
-        if spans:
-            text = _cut(text, spans, "\n")
-        if "`" in text:
-            text = _INLINE_CODE.sub(" ", text)
-    if formulas and ("$" in text or "\\" in text):
-        text = _FORMULA.sub(" ", text)
-    if urls and _ADDRESS_HINT.search(text):
-        text = _ADDRESS.sub(" ", text)
-    return text
-
-
-def han_count(text: str) -> int:
-    """Number of Han characters in ``text``: code points in :data:`HAN_RANGES` (CJK Unified
-    Ideographs with all extensions, CJK Compatibility Ideographs and their supplement)."""
-    return sum(map(len, _HAN_RUNS.findall(text)))
-
-
-def script_counts(text: str) -> tuple[int, int]:
-    """``(Chinese, non-Chinese)`` letter counts of ``text``, nothing stripped.
-
-    Chinese: Han characters (:func:`han_count`). Non-Chinese: every other letter
-    (``str.isalpha``: Latin, Greek, Cyrillic, kana, Hangul, Arabic, ...) outside
-    :data:`NEUTRAL_LETTER_RANGES`. Everything else is neutral and counts in neither: digits,
-    whitespace, punctuation (ASCII and Chinese), symbols, emoji, full-width forms, combining
-    marks.
-    """
-    other = 0
-    for run in _OTHER_LETTER_RUNS.findall(text):
-        other += len(run) if run.isalpha() else sum(map(str.isalpha, run))
-    return han_count(text), other
-
-
-def non_chinese_ratio(text: str, exempt_code: bool = True, exempt_formulas: bool = True,
-                      exempt_urls: bool = True) -> float:
-    """Share of non-Chinese letters among the meaningful characters of ``text``.
-
-    Meaningful characters are the letters :func:`script_counts` counts: Han characters and
-    non-Chinese letters; the ratio is ``non_chinese / (han + non_chinese)`` and 0.0 for a text
-    with neither. Code, formulas and web / e-mail addresses are left out first
-    (:func:`strip_code_and_formulas`) unless ``exempt_code`` / ``exempt_formulas`` /
-    ``exempt_urls`` is False. ``"使用 Python 的 pandas 库"`` has 4
-    Han characters and 12 Latin letters: 0.75; ``"答案是 42。"`` has 0.0.
-    """
-    han, other = script_counts(strip_code_and_formulas(text, exempt_code, exempt_formulas,
-                                                       exempt_urls))
-    return other / (han + other) if han + other else 0.0
-
-
-# ----------------------------------------------------------------------------- signals
-
-def repeated_ngram_share(text: str, n: int = 20, min_repeats: int = 3) -> float:
-    """Share of the characters of ``text`` covered by a repeated n-gram.
-
-    A character is covered when some occurrence of an ``n``-character substring that occurs
-    at least ``min_repeats`` times in ``text`` (overlapping occurrences count) spans it. Returns
-    covered characters / ``len(text)`` (0.0 for a text shorter than ``n``). O(len * n): one
-    dict of n-gram counts, one pass marking coverage.
-    """
-    windows = len(text) - n + 1
-    if windows < min_repeats:
-        return 0.0
-    grams = [text[i:i + n] for i in range(windows)]
-    counts = Counter(grams)
-    if len(counts) == windows or max(counts.values()) < min_repeats:
-        return 0.0
-    covered = end = 0  # end: one past the last covered position so far
-    for i, g in enumerate(grams):
-        if counts[g] >= min_repeats:
-            covered += i + n - (i if i > end else end)
-            end = i + n
-    return covered / len(text)
-
-
-_MARKUP = re.compile(r"[\s*#_\-|>`~]+")
-_UNIT_SPLIT = re.compile(r"[\n。！？!?]+")
-
-
-def repetition_text(text: str) -> str:
-    """What the repetition rule measures: ``text`` without its fenced code blocks, whitespace
-    and the markdown markup characters ``* # _ - | > ` ~``.
-
-    Headings, bullets, bold labels and table rules repeat in any well-structured answer and
-    say nothing about looping, so they are dropped; code repeats boilerplate by nature and a
-    looping code block usually ends cut off, which the ``truncated`` rule sees.
-    ``"### 方案一\n\n**优点：** 成本低"`` becomes ``"方案一优点：成本低"``.
-    """
-    return _squeeze(text, _fences(text)[0])
-
-
-def _squeeze(text: str, spans: list[tuple[int, int]]) -> str:
-    """:func:`repetition_text` given the fenced blocks' spans."""
-    return _MARKUP.sub("", _cut(text, spans, "\n") if spans else text)
-
-
-def most_repeated_line(text: str, min_chars: int) -> tuple[str, int]:
-    """The line or sentence that occurs most often in ``text`` and its count (``("", 0)`` if
-    none qualifies). Fenced code is left out; units are split at newlines and ``。！？!?``,
-    compared without whitespace and markup (as :func:`repetition_text` does), and only those
-    of at least ``min_chars`` characters count.
-
-    Because the units' text is part of :func:`repetition_text`, a unit of at least n
-    characters that occurs c times puts its first n-gram at least c times there.
-    """
-    spans = _fences(text)[0]
-    return _most_repeated_line(_cut(text, spans, "\n") if spans else text, min_chars)
-
-
-def _most_repeated_line(prose: str, min_chars: int) -> tuple[str, int]:
-    counts = Counter(u for u in map(_MARKUP.sub, repeat(""), _UNIT_SPLIT.split(prose))
-                     if len(u) >= min_chars)
-    if not counts:
-        return "", 0
-    unit, c = counts.most_common(1)[0]
-    return unit, c
-
-
-def truncation_signal(text: str) -> str | None:
-    """Why ``text`` looks cut off, or None. The heuristics, each cheap and rare in a finished
-    answer: a fenced code block (a line of three or more backticks or tildes) that is never
-    closed; an odd number of ``$$`` outside code (a display formula left open)."""
-    return _truncation(text, *_fences(text))
-
-
-def _truncation(text: str, spans: list[tuple[int, int]], unclosed: bool) -> str | None:
-    """:func:`truncation_signal` given the fenced blocks' spans."""
-    if unclosed:
-        return "unclosed code fence"
-    if "$$" in text:
-        rest = _cut(text, spans, "\n") if spans else text
-        if "`" in rest:
-            rest = _INLINE_CODE.sub(" ", rest)
-        if rest.count("$$") % 2:
-            return "unclosed $$ formula"
-    return None
-
-
-def without_whitespace(text: str) -> str:
-    """``text`` with all its whitespace removed (``str.isspace`` decides, so the full-width
-    space U+3000 goes too): what duplicates are compared on and lengths are counted on."""
-    return "".join(text.split())
-
-
-def text_length(text: str) -> int:
-    """Length of a response as a Chinese reader counts it: its non-whitespace characters.
-
-    Every character that is not whitespace counts 1: a Han character, a Latin letter, a digit,
-    a punctuation mark (Chinese ``，`` as well as ASCII ``,``), an emoji code point. Spaces,
-    tabs, newlines and the full-width space U+3000 count 0, so layout does not change the
-    length. Characters are Unicode code points (``str.isspace`` decides whitespace).
-    ``text_length("你好, world!\\n")`` is 9. The length of length debiasing and of the bias
-    tables (`cheems.curation.debias`, `cheems.curation.bias`).
-    """
-    return len(without_whitespace(text))
-
-
-def visible_chars(text: str) -> int:
-    """Number of characters of ``text`` that are neither whitespace nor zero-width
-    (U+200B-U+200D, U+2060, U+FEFF): :func:`text_length` without the zero-width ones."""
-    core = without_whitespace(text)
-    if any(z in core for z in _ZERO_WIDTH):
-        core = core.translate(_ZERO_WIDTH_DELETE)
-    return len(core)
-
-
-def shingles(text: str, k: int = 5) -> set[str]:
-    """The set of ``k``-character substrings of ``text`` (``{text}`` when it is shorter)."""
-    if len(text) <= k:
-        return {text}
-    return {text[i:i + k] for i in range(len(text) - k + 1)}
-
-
-def jaccard(a: set, b: set) -> float:
-    """``|a & b| / |a | b|`` (1.0 for two empty sets)."""
-    if not a and not b:
-        return 1.0
-    inter = len(a & b)
-    return inter / (len(a) + len(b) - inter)
-
-
-# ----------------------------------------------------------------------------- hashed screening
-# The two costly signals, repeated n-grams and shared shingles, are screened for a batch of
-# prompts at once with numpy, on 64-bit hashes of the character windows (one sort per batch).
-# Equal windows get equal hashes, so a hashed count is never below the true count: the screened
-# repetition share is an upper bound, and only a text whose bound passes the threshold is
-# measured exactly. Shared-shingle counts screened this way are confirmed on the exact sets.
-
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-_MIX_PIECES = np.uint64(0xC2B2AE3D27D4EB4F)
-_TEXT_MIX = np.uint64(0xD6E8FEB86659FD93)
-
-
-def _code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Code points of the concatenated texts (uint64) and each text's length."""
-    lens = np.fromiter(map(len, texts), np.int64, len(texts))
-    data = "".join(texts).encode("utf-32-le", "surrogatepass")
-    return np.frombuffer(data, np.uint32).astype(np.uint64), lens
-
-
-def _windows(cp: np.ndarray, lens: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Hash, start and text index of every ``n``-code-point window lying inside one text."""
-    w = len(cp) - n + 1
-    if w <= 0:
-        none = np.zeros(0, np.int64)
-        return none.astype(np.uint64), none, none
-    # hashes of windows of 1, 2, 4, 8, ... code points, each from two halves (mod 2**64), then
-    # the n-window from the power-of-two pieces of n: O(log n) array operations, not O(n)
-    pieces = {1: cp}
-    size = 1
-    while 2 * size <= n:
-        half = pieces[size]
-        pieces[2 * size] = (half[:len(half) - size] * _MIX) ^ half[size:]
-        size *= 2
-    h, at = None, 0
-    for size in sorted(pieces, reverse=True):
-        if n & size:
-            part = pieces[size][at:at + w]
-            h = part.copy() if h is None else (h * _MIX_PIECES) ^ part
-            at += size
-    ends = np.cumsum(lens)
-    tid = np.repeat(np.arange(len(lens)), lens)[:w]
-    start = np.arange(w)
-    inside = start + n <= ends[tid]
-    return h[inside], start[inside], tid[inside]
-
-
-def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Start index and length of each run of equal values in a sorted array."""
-    edges = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1], [True])))
-    return edges[:-1], np.diff(edges)
-
-
-def _repetition_screen(texts: list[str], n: int, min_repeats: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each text, an upper bound of ``repeated_ngram_share(text, n, min_repeats)`` and of
-    the largest number of occurrences of one n-gram. Both are exact unless two different
-    n-grams of a text share a 64-bit hash."""
-    share = np.zeros(len(texts))
-    most = np.zeros(len(texts), np.int64)
-    if not texts:
-        return share, most
-    cp, lens = _code_points(texts)
-    h, start, tid = _windows(cp, lens, n)
-    if not len(h):
-        return share, most
-    key = h ^ (tid.astype(np.uint64) * _TEXT_MIX)  # the same n-gram in two texts: two keys
-    order = np.argsort(key)
-    first, count = _runs(key[order])
-    np.maximum.at(most, tid[order[first]], count)
-    repeated = np.repeat(count >= min_repeats, count)
-    if not repeated.any():
-        return share, most
-    covering = start[order[repeated]]  # starts of the windows whose n-gram repeats
-    total = len(cp)
-    depth = np.cumsum(np.bincount(covering, minlength=total)[:total]
-                      - np.bincount(covering + n, minlength=total + n)[:total])
-    covered = np.concatenate(([0], np.cumsum(depth > 0)))
-    ends = np.cumsum(lens)
-    np.divide(covered[ends] - covered[ends - lens], lens, out=share, where=lens > 0)
-    return share, most
-
-
-# ----------------------------------------------------------------------------- near duplicates
-# Near duplicates are found with the prefix filter of exact set-similarity joins (Chaudhuri,
-# Ganti and Kaushik 2006, "A primitive operator for similarity joins in data cleaning"; Bayardo,
-# Ma and Srikant 2007, "Scaling up all pairs similarity search"). Put all shingles in one order,
-# rarest first. If J(x, y) >= t then |x & y| >= a = ceil(t * max(|x|, |y|)), and two sets that
-# share a elements share one among the first |x| - a + 1 of x and the first |y| - a + 1 of y.
-# So a text is compared only with the kept texts whose prefix shares a shingle with its own
-# prefix (an inverted index from shingle to kept texts), and every candidate is confirmed on the
-# exact sets: the result is exactly the all-pairs result. Shingles are exact ids (no hashing).
-
-def _window_ids(texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Text index and shingle id of every ``k``-character window lying inside one text (in no
-    particular order); two windows get the same id exactly when they are the same string.
-
-    Code points are renumbered densely and packed ``64 // bits`` to a 64-bit column. One
-    column is its own exact key; several are sorted by a 64-bit mix of the columns and the
-    runs of equal hashes checked column by column, falling back to a lexsort should two
-    different windows ever share a hash. One argsort: O(N log N) for N characters.
-    """
-    none = np.zeros(0, np.int64)
-    cp, lens = _code_points(texts)
-    w = len(cp) - k + 1
-    if w <= 0:
-        return none, none
-    present = np.zeros(int(cp.max()) + 1, np.int64)
-    present[cp] = 1
-    dense = (np.cumsum(present) - 1)[cp].astype(np.uint64)  # the alphabet, numbered in order
-    bits = max(1, int(dense.max()).bit_length())
-    per = 64 // bits  # characters per column
-    tid = np.repeat(np.arange(len(texts)), lens)[:w]
-    inside = np.flatnonzero(np.arange(w) + k <= np.cumsum(lens)[tid])
-    if not len(inside):
-        return none, none
-    columns = []
-    for first in range(0, k, per):
-        col = np.zeros(w, np.uint64)
-        for m in range(first, min(first + per, k)):
-            col <<= np.uint64(bits)
-            col |= dense[m:m + w]
-        columns.append(col[inside])
-    key = columns[0] if len(columns) == 1 else _mix(columns)
-    order = np.argsort(key)
-    new = np.zeros(len(order), bool)
-    new[0] = True
-    for c in columns:
-        s = c[order]
-        new[1:] |= s[1:] != s[:-1]
-    if len(columns) > 1:
-        hashed = key[order]
-        if (new[1:] & (hashed[1:] == hashed[:-1])).any():  # a collision: sort the columns
-            order = np.lexsort(columns)
-            new[1:] = False
-            for c in columns:
-                s = c[order]
-                new[1:] |= s[1:] != s[:-1]
-    return tid[inside[order]], np.cumsum(new) - 1
-
-
-def _mix(columns: list[np.ndarray]) -> np.ndarray:
-    """A 64-bit hash of each row of ``columns`` (the splitmix64 finalizer after each one)."""
-    h = np.zeros(len(columns[0]), np.uint64)
-    for c in columns:
-        h ^= c
-        h ^= h >> np.uint64(30)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(27)
-        h *= np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
-    return h
-
-
-@dataclass
-class _ShingleSets:
-    """The distinct ``k``-character shingles of each of a list of texts (texts shorter than
-    ``k`` have none), as ids numbered rarest first, and each text's prefix for the threshold."""
-
-    members: np.ndarray       # every text's shingle ids, text by text, rarest first
-    starts: np.ndarray        # text i: members[starts[i]:starts[i + 1]]
-    prefixes: list[list[int]]  # text i: its first |x| - a + 1 shingles (a: see the section)
-    cache: dict[int, set[int]] = field(default_factory=dict)
-
-    def set_of(self, i: int) -> set[int]:
-        if i not in self.cache:
-            self.cache[i] = set(self.members[self.starts[i]:self.starts[i + 1]].tolist())
-        return self.cache[i]
-
-
-def _shingle_sets(texts: list[str], k: int, threshold: float) -> _ShingleSets:
-    """:class:`_ShingleSets` of ``texts``: a few sorts, O(N log N) for N characters.
-
-    The order is the number of texts holding a shingle (ties by id); any one order is exact,
-    and rare shingles first keep the index lists short. A prefix keeps ``|x| - a + 1``
-    shingles with ``a = max(ceil(t |x|) - 1, 1)``, one shingle more than the bound needs, so
-    that rounding in ``t * |x|`` never loses a candidate.
-    """
-    tid, sid = _window_ids(texts, k)
-    u = int(sid.max()) + 1 if len(sid) else 1
-    pairs = np.sort(tid * u + sid)
-    first = np.ones(len(pairs), bool)
-    first[1:] = pairs[1:] != pairs[:-1]
-    pairs = pairs[first]  # each shingle once per text
-    text_of, shingle = pairs // u, pairs % u
-    sizes = np.bincount(text_of, minlength=len(texts))
-    starts = np.concatenate(([0], np.cumsum(sizes)))
-    texts_holding = np.bincount(shingle, minlength=u)
-    rank = np.empty(u, np.int64)  # rarest first, ties by id: a sort of (count, id) keys
-    rank[np.sort(texts_holding * u + np.arange(u)) % u] = np.arange(u)
-    members = np.sort(text_of * u + rank[shingle]) - text_of * u  # text_of stays in order
-    need = np.maximum(np.ceil(threshold * sizes).astype(np.int64) - 1, 1)
-    length = np.clip(sizes - need + 1, 0, sizes)
-    in_prefix = np.arange(len(members)) - starts[text_of] < length[text_of]
-    flat = members[in_prefix].tolist()
-    cuts = np.concatenate(([0], np.cumsum(length))).tolist()
-    return _ShingleSets(members, starts, [flat[a:b] for a, b in zip(cuts, cuts[1:])])
-
-
-def _similar_kept(i: int, sets: _ShingleSets, index: dict[int, list[int]],
-                  threshold: float) -> tuple[int, float] | None:
-    """The first kept text (lowest index) with Jaccard similarity at least ``threshold`` to
-    text ``i``, and the similarity; ``index`` maps a prefix shingle to the kept texts whose
-    prefix holds it. Candidates are confirmed on the exact sets."""
-    found: set[int] = set()
-    for s in sets.prefixes[i]:
-        kept = index.get(s)
-        if kept:
-            found.update(kept)
-    if not found:
-        return None
-    mine = sets.set_of(i)
-    for j in sorted(found):
-        sim = jaccard(mine, sets.set_of(j))
-        if sim >= threshold:
-            return j, sim
-    return None
-
 
 # ----------------------------------------------------------------------------- config
 
@@ -746,14 +235,14 @@ def _median_of_others(i: int, ctx: _PromptContext) -> int | float | None:
     return (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def _first_rule(i: int, r: Response, fences: tuple[list[tuple[int, int]], bool], prose: str,
+def _first_rule(i: int, r: Response, fences: Fences, prose: str,
                 bound: float, most: int, ctx: _PromptContext, config: FilterConfig,
                 enabled: frozenset) -> tuple[str, str] | None:
     """(rule, detail) of the first of rules 1-7 that removes response ``i``, or None.
 
-    ``fences`` is :func:`_fences` of the response, ``prose`` its :func:`repetition_text`,
+    ``fences`` is :func:`code_fences` of the response, ``prose`` its :func:`repetition_text`,
     ``bound`` and ``most`` the screened repetition share and largest n-gram count of the
-    prose (:func:`_repetition_screen`). A line repeated c times puts its first n-gram c
+    prose (:func:`repetition_screen`). A line repeated c times puts its first n-gram c
     times in the prose, so the line check is skipped when ``most`` shows no n-gram occurs
     often enough (for lines at least ``ngram_size`` long).
     """
@@ -763,11 +252,10 @@ def _first_rule(i: int, r: Response, fences: tuple[list[tuple[int, int]], bool],
         if n < config.min_chars:
             return "empty", ("blank" if not n else
                              f"{n} visible character(s) < min_chars {config.min_chars}")
-    if "garbled" in enabled and _ANY_GARBLE.search(text):
+    if "garbled" in enabled and GARBLING_HINT.search(text):
         why = _garbled(text, ctx, config)
         if why:
             return "garbled", why
-    spans, unclosed = fences
     if "repetition" in enabled:
         if bound > config.max_repeated_ngram_share:
             share = repeated_ngram_share(prose, config.ngram_size, config.min_repeats)
@@ -775,14 +263,13 @@ def _first_rule(i: int, r: Response, fences: tuple[list[tuple[int, int]], bool],
                 return "repetition", (f"repeated {config.ngram_size}-grams cover {share:.0%} of "
                                       f"the prose (max {config.max_repeated_ngram_share:.0%})")
         if most > config.max_line_repeats or config.repeated_line_min_chars < config.ngram_size:
-            unit, c = _most_repeated_line(_cut(text, spans, "\n") if spans else text,
-                                          config.repeated_line_min_chars)
+            unit, c = most_repeated_line(text, config.repeated_line_min_chars, fences)
             if c > config.max_line_repeats:
                 shown = unit if len(unit) <= 30 else unit[:30] + "…"
                 return "repetition", f"line repeated {c} times: {shown!r}"
     if "non_chinese" in enabled and not ctx.skip_language:
-        han, other = script_counts(_strip(text, spans, config.exempt_code, config.exempt_formulas,
-                                          config.exempt_urls))
+        han, other = script_counts(strip_code_and_formulas(text, config.exempt_code, config.exempt_formulas,
+                                                           config.exempt_urls, fences))
         if han + other >= max(config.min_chars_for_ratio, 1):
             ratio = other / (han + other)
             if ratio > config.max_non_chinese_ratio:
@@ -792,7 +279,7 @@ def _first_rule(i: int, r: Response, fences: tuple[list[tuple[int, int]], bool],
         if r.extra.get("finish_reason") == "length":
             return "truncated", "finish_reason=length"
         if config.detect_truncation_heuristics:
-            why = _truncation(text, spans, unclosed)
+            why = truncation_signal(text, fences)
             if why:
                 return "truncated", why
     length = ctx.lengths[i]
@@ -823,46 +310,26 @@ def _garbled(text: str, ctx: _PromptContext, config: FilterConfig) -> str | None
     return None
 
 
-def _duplicates(responses: list[Response], flats: list[str], sets: _ShingleSets | None, first: int,
+def _duplicates(responses: list[Response], flats: list[str], sets: ShingleSets | None, first: int,
                 config: FilterConfig, enabled: frozenset) -> dict[int, tuple[str, str]]:
     """Later copies among ``responses`` (index -> (rule, detail)); the first copy stays.
 
-    Each response is compared with the earlier responses kept so far: first for the same text
-    without whitespace (``flats``, a dict), then for shingle Jaccard similarity, where a text
-    shorter than ``shingle_size`` is its own only shingle. ``sets`` holds the shingle sets of
-    the flats as texts ``first``, ``first + 1``, ... (:func:`_shingle_sets`); a response meets
-    only the kept ones whose prefix shares a shingle with its prefix (:func:`_similar_kept`).
-    The same result as comparing every pair, in about O(k) dict and set operations for k
-    responses unless many of them are nearly alike.
+    ``flats`` are the responses without whitespace and ``sets`` their shingle sets as texts
+    ``first``, ``first + 1``, ... (:func:`shingle_sets`); :func:`later_copies` finds, for each
+    response, the earlier kept one it copies: the same text (``duplicate``) or shingle Jaccard
+    similarity at least ``near_duplicate_threshold`` (``near_duplicate``).
     """
     exact, near = "duplicate" in enabled, "near_duplicate" in enabled
     out: dict[int, tuple[str, str]] = {}
     if not (exact or near) or len(responses) < 2:
         return out
-    k, t = config.shingle_size, config.near_duplicate_threshold
-    seen: dict[str, int] = {}   # text without whitespace -> index of the first kept copy
-    short: dict[str, int] = {}  # the same, for kept texts shorter than k
-    index: dict[int, list[int]] = {}  # prefix shingle -> kept texts (numbered as in sets)
-    for i, flat in enumerate(flats):
-        if exact and flat in seen:
-            out[i] = ("duplicate", f"same text as response {responses[seen[flat]].id!r}")
-            continue
-        if near:
-            if len(flat) < k:  # similar only to the same text: similarity 1.0
-                hit = (short[flat], 1.0) if flat in short else None
-            else:
-                found = _similar_kept(first + i, sets, index, t)
-                hit = None if found is None else (found[0] - first, found[1])
-            if hit:
-                out[i] = ("near_duplicate", f"near duplicate of response {responses[hit[0]].id!r} "
-                                            f"(Jaccard {hit[1]:.2f} of {k}-character shingles)")
-                continue
-            if len(flat) < k:
-                short.setdefault(flat, i)
-            else:
-                for s in sets.prefixes[first + i]:
-                    index.setdefault(s, []).append(first + i)
-        seen.setdefault(flat, i)
+    k = config.shingle_size
+    for i, (j, sim) in later_copies(flats, sets, first, k, config.near_duplicate_threshold, exact, near).items():
+        if sim is None:
+            out[i] = ("duplicate", f"same text as response {responses[j].id!r}")
+        else:
+            out[i] = ("near_duplicate", f"near duplicate of response {responses[j].id!r} "
+                                        f"(Jaccard {sim:.2f} of {k}-character shingles)")
     return out
 
 
@@ -877,10 +344,10 @@ def _filter_batch(prompts: list[Prompt], config: FilterConfig,
     response, then duplicates among each prompt's survivors, then the prompt's fate. The
     hashed screens run once for the whole batch."""
     contents = [r.content for p in prompts for r in p.responses]
-    fences = [_fences(c) for c in contents]
+    fences = [code_fences(c) for c in contents]
     if "repetition" in enabled:
-        proses = [_squeeze(c, f[0]) for c, f in zip(contents, fences)]
-        bounds, most = _repetition_screen(proses, config.ngram_size, config.min_repeats)
+        proses = [repetition_text(c, f) for c, f in zip(contents, fences)]
+        bounds, most = repetition_screen(proses, config.ngram_size, config.min_repeats)
     else:
         proses = contents
         bounds, most = np.zeros(len(contents)), np.zeros(len(contents), np.int64)
@@ -904,7 +371,7 @@ def _filter_batch(prompts: list[Prompt], config: FilterConfig,
                  for n, ids in enumerate(passed)]
     sets = None
     if "near_duplicate" in enabled:
-        sets = _shingle_sets([f for group in survivors for f in group], config.shingle_size,
+        sets = shingle_sets([f for group in survivors for f in group], config.shingle_size,
                              config.near_duplicate_threshold)
     out = []
     first = 0  # the prompt's first survivor among the texts of sets

@@ -112,7 +112,8 @@ def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[in
     (:func:`judged_win_rate`). Returns ``(report, skipped row errors)``."""
     from pathlib import Path
 
-    from cheems.formats import read_many, read_scores
+    from cheems.benchmark import read_benchmark
+    from cheems.formats import read_scores
 
     if (scores is None) == (model is None):
         raise CheemsInputError("give exactly one of --scores FILE or --model DIR")
@@ -122,14 +123,13 @@ def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[in
         raise CheemsInputError("--judge needs --baseline: the id of the response to play against", field="--baseline")
     if not ns or any(not isinstance(n, int) or n < 1 for n in ns):
         raise CheemsInputError(f"n must be positive integers, got {list(ns)}", field="-n")
-    res = read_many(candidates, skip_invalid=skip_invalid, fmt=fmt)
-    if not res.prompts:
-        raise CheemsInputError("no valid prompts with candidates")
+    res, _ = read_benchmark(candidates, skip_invalid=skip_invalid, fmt=fmt, empty="no valid prompts with candidates")
     gold_map = _read(read_scores, gold) if gold is not None else None
     if scores is not None:
         rewards, name = _read(read_scores, scores), Path(scores).stem
     else:
-        from cheems.scoring.evaluate import ModelSettings, model_scores
+        from cheems.scoring.model_settings import ModelSettings
+        from cheems.scoring.run import model_scores
 
         rewards, _ = model_scores(model, model_settings or ModelSettings(), res.prompts, progress, notify)
         name = Path(model).name
