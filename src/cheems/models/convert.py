@@ -56,32 +56,9 @@ def convert_v_head_checkpoint(src: str | Path, dst: str | Path, *, dtype: str | 
     """
     src, dst = Path(src), Path(dst)
     torch = require_torch(MISSING_EXTRA)
-
-    # ---- validate at the boundary
-    cfg_file = src / "config.json"
-    if not cfg_file.is_file():
-        raise CheemsInputError("not a model folder (no config.json)", file=str(src))
-    found = value_head_source(src)
-    if found is None:
-        try:
-            archs = json.loads(cfg_file.read_text(encoding="utf-8")).get("architectures") or []
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CheemsInputError(f"config.json is not valid JSON: {e}", file=str(cfg_file)) from None
-        if any(a.endswith("ForSequenceClassification") for a in archs):
-            raise CheemsInputError("already a sequence-classification checkpoint (no v_head to convert); "
-                                   "transformers and vLLM load it as it is", file=str(src))
-        raise CheemsInputError("no v_head found (looked for value_head.safetensors, value_head.bin and "
-                               "v_head.weight in the model's safetensors); nothing to convert", file=str(src))
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise CheemsInputError("output folder exists and is not empty; choose a new folder", file=str(dst))
+    head_file, head_keys = _v_head_source(src, dst)  # validate at the boundary
     torch_dtype = resolve_dtype(dtype) if dtype is not None else "auto"  # None: keep the source's
-    head_file, head_keys = found
-    head = load_tensors(head_file, list(head_keys.values()))
-    weight = head[head_keys["weight"]].reshape(1, -1)  # (1, hidden)
-    if "bias" in head_keys and head[head_keys["bias"]].numel() != 1:
-        raise CheemsInputError(f"v_head bias has {head[head_keys['bias']].numel()} values; a reward head has one",
-                               file=str(head_file))
-    bias = float(head[head_keys["bias"]].reshape(-1)[0]) if "bias" in head_keys else None
+    weight, bias = _read_v_head(head_file, head_keys)
 
     # ---- backbone: the source's weights under the seq-cls class of its model_type
     with quiet_transformers():
@@ -109,17 +86,54 @@ def convert_v_head_checkpoint(src: str | Path, dst: str | Path, *, dtype: str | 
     config.architectures = [type(model).__name__]
     if bias is not None:
         setattr(config, BIAS_CONFIG_KEY, bias)
+    _save_into_place(model, tokenizer, dst)
+    return dst
 
-    # ---- write next to dst, then rename into place
+
+def _v_head_source(src: Path, dst: Path) -> tuple[Path, dict[str, str]]:
+    """The file holding ``src``'s v_head and its tensor names (``weight``, maybe ``bias``),
+    after checking ``src`` is a model folder with a v_head and ``dst`` is new or empty."""
+    cfg_file = src / "config.json"
+    if not cfg_file.is_file():
+        raise CheemsInputError("not a model folder (no config.json)", file=str(src))
+    found = value_head_source(src)
+    if found is None:
+        try:
+            archs = json.loads(cfg_file.read_text(encoding="utf-8")).get("architectures") or []
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise CheemsInputError(f"config.json is not valid JSON: {e}", file=str(cfg_file)) from None
+        if any(a.endswith("ForSequenceClassification") for a in archs):
+            raise CheemsInputError("already a sequence-classification checkpoint (no v_head to convert); "
+                                   "transformers and vLLM load it as it is", file=str(src))
+        raise CheemsInputError("no v_head found (looked for value_head.safetensors, value_head.bin and "
+                               "v_head.weight in the model's safetensors); nothing to convert", file=str(src))
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise CheemsInputError("output folder exists and is not empty; choose a new folder", file=str(dst))
+    return found
+
+
+def _read_v_head(head_file: Path, head_keys: dict[str, str]):
+    """``(weight, bias)``: the v_head weight as one row (1, hidden), its bias as a float or None."""
+    head = load_tensors(head_file, list(head_keys.values()))
+    weight = head[head_keys["weight"]].reshape(1, -1)  # (1, hidden)
+    if "bias" in head_keys and head[head_keys["bias"]].numel() != 1:
+        raise CheemsInputError(f"v_head bias has {head[head_keys['bias']].numel()} values; a reward head has one",
+                               file=str(head_file))
+    bias = float(head[head_keys["bias"]].reshape(-1)[0]) if "bias" in head_keys else None
+    return weight, bias
+
+
+def _save_into_place(model, tokenizer, dst: Path) -> None:
+    """Save ``model`` (safetensors) and ``tokenizer`` into a temporary sibling of ``dst`` and
+    rename it to ``dst`` when complete; ``dst`` is absent or an empty folder."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         if dst.exists():
-            dst.rmdir()  # checked empty above
+            dst.rmdir()  # checked empty before anything loaded
         os.replace(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return dst

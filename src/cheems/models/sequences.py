@@ -1,22 +1,25 @@
 """Conversations as token sequences, in batches: what scoring and training feed a reward model.
 
 Each (prompt, response) goes through the tokenizer's chat template as one conversation
-(:func:`encode_conversation`). Sequences are packed into batches under a padded-token budget
-(:func:`plan_batches`, :func:`pack_in_order`), padded on the right to each batch's longest
-sequence only (:func:`pad_right`), and the reward is read at each sequence's own last real
-token (:func:`reward_at_last_token`), so scores do not depend on batch size or order.
+(:func:`encode_conversation`); the scoring back-ends all encode through `ConversationEncoder`,
+so each hands its model the same tokens. Sequences are packed into batches under a
+padded-token budget (:func:`plan_batches`, :func:`pack_in_order`), padded on the right to
+each batch's longest sequence only (:func:`pad_right`), and the reward is read at each
+sequence's own last real token (:func:`reward_at_last_token`), so scores do not depend on
+batch size or order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from cheems.models.checkpoints import require_torch
 from cheems.records import PromptText
 
-__all__ = ["DEFAULT_TOKEN_BUDGET", "EncodeStats", "apply_head", "default_token_budget", "encode_conversation",
-           "encode_conversations", "pack_in_order", "pad_right", "plan_batches", "reward_at_last_token"]
+__all__ = ["DEFAULT_TOKEN_BUDGET", "ConversationEncoder", "EncodeStats", "apply_head", "default_token_budget",
+           "encode_conversation", "encode_conversations", "pack_in_order", "pad_right", "plan_batches",
+           "reward_at_last_token"]
 
 # Padded tokens per forward batch, measured with benchmarks/bench_scoring.py: on a GPU every
 # budget from 8k to 32k ran ~29x faster than one sequence at a time; on a 2-core CPU only small
@@ -80,6 +83,28 @@ def _conversation_text(tokenizer, prompt: PromptText, response: str, stats: Enco
         return tokenizer.apply_chat_template(messages, tokenize=False)
     stats.no_chat_template = True
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+class ConversationEncoder:
+    """How a reward-model back-end turns (prompt, response) items into token ids: `encode` and
+    `encode_many` with the back-end's ``tokenizer``, ``max_length`` and ``truncation``, counted
+    in its ``stats``. The transformers and vLLM back-ends both inherit it, so a conversation
+    becomes the same tokens whichever scores it; the back-end declares the four attributes."""
+
+    tokenizer: Any
+    max_length: int
+    truncation: str  # "left" keeps a long sequence's end, "right" its start
+    stats: EncodeStats
+
+    def encode(self, prompt: PromptText, response: str) -> list[int]:
+        """Token ids of the conversation (prompt turns + the response as the assistant turn)."""
+        return encode_conversation(self.tokenizer, prompt, response, max_length=self.max_length,
+                                   truncation=self.truncation, stats=self.stats)
+
+    def encode_many(self, items: Sequence[tuple[PromptText, str]]) -> list[list[int]]:
+        """`encode` of every (prompt, response), the tokenizer taking them in chunks."""
+        return encode_conversations(self.tokenizer, items, max_length=self.max_length, truncation=self.truncation,
+                                    stats=self.stats)
 
 
 def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, device):

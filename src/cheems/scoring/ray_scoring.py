@@ -76,14 +76,7 @@ def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: st
     from cheems.models.checkpoints import detect_layout
     from cheems.models.sequences import EncodeStats
 
-    if "device" in load_kwargs:
-        raise CheemsInputError("the device is not chosen with Ray: each replica uses its own GPU, or the CPU "
-                               "on a cluster without GPUs", field="device")
-    if replicas is not None and replicas < 1:
-        raise CheemsInputError(f"replicas must be at least 1, not {replicas}", field="replicas")
-    if num_gpus_per_replica is not None and num_gpus_per_replica < 0:
-        raise CheemsInputError(f"num_gpus_per_replica must be 0 or more, not {num_gpus_per_replica}",
-                               field="num_gpus_per_replica")
+    _check_options(load_kwargs, replicas, num_gpus_per_replica)
     # every node reads the model from this path: make it absolute (workers run elsewhere)
     model_path = Path(model_path).resolve()
     detect_layout(model_path)  # a bad folder fails here, not inside every replica
@@ -104,30 +97,14 @@ def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: st
         with _connected(ray, address), _ray_data_settings(ray):
             gpus_each, n_replicas, cpus_each = _plan_replicas(ray, replicas, num_gpus_per_replica)
             n_replicas = min(n_replicas, len(todo))
-            # longest first, so each block holds similar lengths and pads little
-            todo.sort(key=lambda row: -(len(row["prompt"]) + len(row["content"])))
-            rows_per_block = max(1, min(FORWARD_BATCHES_PER_BLOCK * batch_size,
-                                        math.ceil(len(todo) / n_replicas)))
-            ds = ray.data.from_items(todo, override_num_blocks=math.ceil(len(todo) / rows_per_block))
-            ds = ds.map_batches(
-                RewardModelReplica,
-                fn_constructor_kwargs={"model_path": str(model_path), "device": "cuda" if gpus_each else "cpu",
-                                       "load_kwargs": dict(load_kwargs), "token_budget": token_budget,
-                                       "batch_size": batch_size},
-                batch_size=rows_per_block, batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=n_replicas),
-                num_gpus=gpus_each, num_cpus=cpus_each,
-            )
+            replica_kwargs = {"model_path": str(model_path), "device": "cuda" if gpus_each else "cpu",
+                              "load_kwargs": dict(load_kwargs), "token_budget": token_budget,
+                              "batch_size": batch_size}
+            ds = _scoring_dataset(ray, todo, replica_kwargs, n_replicas=n_replicas, gpus_each=gpus_each,
+                                  cpus_each=cpus_each, batch_size=batch_size)
             try:
                 for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
-                    pids, rids, scores = (batch[k].tolist() for k in ("prompt_id", "response_id", "score"))
-                    out.append({"prompt_id": str(p), "response_id": str(r), "score": float(s)}
-                               for p, r, s in zip(pids, rids, scores))
-                    stats.sequences += len(scores)
-                    stats.truncated += int(batch["truncated"].sum())
-                    stats.doubled_bos += int(batch["doubled_bos"].sum())
-                    stats.no_chat_template |= bool(batch["no_chat_template"].any())
-                    scored += len(scores)
+                    scored += _append_block(out, batch, stats)
                     if progress:
                         progress(scored, len(todo))
             except Exception as e:  # a replica's bad-input error, under Ray's wrappers
@@ -136,6 +113,48 @@ def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: st
                     raise
                 raise cause from None
     return {"scored": scored, "resumed": len(done), "total": total, "replicas": n_replicas, "stats": stats}
+
+
+def _check_options(load_kwargs: dict, replicas: int | None, num_gpus_per_replica: float | None) -> None:
+    """Refuse a device in ``load_kwargs`` (each replica has its own) and impossible replica counts."""
+    if "device" in load_kwargs:
+        raise CheemsInputError("the device is not chosen with Ray: each replica uses its own GPU, or the CPU "
+                               "on a cluster without GPUs", field="device")
+    if replicas is not None and replicas < 1:
+        raise CheemsInputError(f"replicas must be at least 1, not {replicas}", field="replicas")
+    if num_gpus_per_replica is not None and num_gpus_per_replica < 0:
+        raise CheemsInputError(f"num_gpus_per_replica must be 0 or more, not {num_gpus_per_replica}",
+                               field="num_gpus_per_replica")
+
+
+def _scoring_dataset(ray, todo: list[dict], replica_kwargs: dict, *, n_replicas: int, gpus_each: float,
+                     cpus_each: float, batch_size: int):
+    """The rows ``todo`` as a Ray Data dataset scored by a pool of ``n_replicas``
+    `RewardModelReplica` actors (``replica_kwargs`` build each), one block at a time."""
+    # longest first, so each block holds similar lengths and pads little
+    rows = sorted(todo, key=lambda row: -(len(row["prompt"]) + len(row["content"])))
+    rows_per_block = max(1, min(FORWARD_BATCHES_PER_BLOCK * batch_size, math.ceil(len(rows) / n_replicas)))
+    ds = ray.data.from_items(rows, override_num_blocks=math.ceil(len(rows) / rows_per_block))
+    return ds.map_batches(
+        RewardModelReplica,
+        fn_constructor_kwargs=replica_kwargs,
+        batch_size=rows_per_block, batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=n_replicas),
+        num_gpus=gpus_each, num_cpus=cpus_each,
+    )
+
+
+def _append_block(out: ResumableJsonl, batch: dict, stats) -> int:
+    """Append a scored block's rows to ``out`` and add its encoding counts to ``stats``;
+    returns the number of rows."""
+    pids, rids, scores = (batch[k].tolist() for k in ("prompt_id", "response_id", "score"))
+    out.append({"prompt_id": str(p), "response_id": str(r), "score": float(s)}
+               for p, r, s in zip(pids, rids, scores))
+    stats.sequences += len(scores)
+    stats.truncated += int(batch["truncated"].sum())
+    stats.doubled_bos += int(batch["doubled_bos"].sum())
+    stats.no_chat_template |= bool(batch["no_chat_template"].any())
+    return len(scores)
 
 
 class RewardModelReplica:

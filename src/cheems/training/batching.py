@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -183,6 +183,47 @@ def _pack_window(prompts: list[list[int]], lengths: Sequence[int], n_allowed: in
     return batches
 
 
+def _length_windows(order: list[int], groups: dict[int, list[int]], longest: dict[int, int],
+                    window_items: float) -> list[list[int]]:
+    """Prompts of ``order`` in windows of about ``window_items`` sequences and similar length:
+    consecutive buckets of ``BUCKET_WINDOWS`` windows' worth of prompts, each sorted by its
+    prompts' ``longest`` response, cut into windows. O(n log n) for n prompts."""
+    windows: list[list[int]] = []
+    start = 0
+    while start < len(order):
+        end, count = start, 0
+        while end < len(order) and count < window_items * BUCKET_WINDOWS:
+            count += len(groups[order[end]])
+            end += 1
+        bucket = sorted(order[start:end], key=lambda p: longest[p])
+        current, count = [], 0
+        for p in bucket:
+            current.append(p)
+            count += len(groups[p])
+            if count >= window_items:
+                windows.append(current)
+                current, count = [], 0
+        if current:
+            windows.append(current)
+        start = end
+    return windows
+
+
+def _pair_edges(items: Sequence[Item], groups: dict[int, list[int]],
+                pairs_by_prompt: Mapping[int, Sequence[Pair]] | None) -> Callable[[list[int]], set[frozenset]]:
+    """``edges_of(members)``: the training pairs among ``members`` (positions in ``items`` of
+    one prompt's responses) as edges ``{x, y}``; every two members when ``pairs_by_prompt``
+    is None, else the prompt's pairs whose two responses are both items."""
+    def edges_of(members: list[int]) -> set[frozenset]:
+        if pairs_by_prompt is None:
+            return {frozenset((x, y)) for x in members for y in members if x != y}
+        p = items[members[0]][0]
+        at = {items[i][1]: i for i in groups[p]}
+        return {frozenset((at[a], at[b])) for a, b in pairs_by_prompt.get(p, ()) if a in at and b in at}
+
+    return edges_of
+
+
 def greedy_prompt_batches(items: Sequence[Item], *, batch_size: int | None = None,
                           token_budget: int | None = None, seed: int = 0, shuffle: bool = True,
                           slack: float = 0.05, pairs_by_prompt: Mapping[int, Sequence[Pair]] | None = None,
@@ -223,38 +264,13 @@ def greedy_prompt_batches(items: Sequence[Item], *, batch_size: int | None = Non
     if shuffle:
         order = [order[j] for j in rng.permutation(len(order))]
 
-    def edges_of(members: list[int]) -> set[frozenset]:
-        if pairs_by_prompt is None:
-            return {frozenset((x, y)) for x in members for y in members if x != y}
-        p = items[members[0]][0]
-        at = {items[i][1]: i for i in groups[p]}
-        return {frozenset((at[a], at[b])) for a, b in pairs_by_prompt.get(p, ()) if a in at and b in at}
-
     longest = {p: max(lengths[i] for i in groups[p]) for p in order}
     n_items = len(items)
     typical = float(np.median(lengths)) if n_items else 1.0
     full = max(1.0, _fit(typical, size_limit, budget))  # sequences in a full batch, typically
-    window_items = max(1.0, WINDOW_BATCHES * full)
-
     # shuffled buckets, each sorted by length, cut into windows of similar length
-    windows: list[list[int]] = []
-    start = 0
-    while start < len(order):
-        end, count = start, 0
-        while end < len(order) and count < window_items * BUCKET_WINDOWS:
-            count += len(groups[order[end]])
-            end += 1
-        bucket = sorted(order[start:end], key=lambda p: longest[p])
-        current, count = [], 0
-        for p in bucket:
-            current.append(p)
-            count += len(groups[p])
-            if count >= window_items:
-                windows.append(current)
-                current, count = [], 0
-        if current:
-            windows.append(current)
-        start = end
+    windows = _length_windows(order, groups, longest, window_items=max(1.0, WINDOW_BATCHES * full))
+    edges_of = _pair_edges(items, groups, pairs_by_prompt)
 
     batches: list[_Batch] = []
     ideal = 0.0

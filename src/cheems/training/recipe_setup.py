@@ -1,0 +1,258 @@
+"""Everything a training run does before its first step, and the `TrainingRun` it builds.
+
+`setup_run` validates the config, starts the ``accelerate.Accelerator`` of this launch, finds
+the checkpoint to resume from, loads the starting model (LoRA adapters when asked), encodes
+the training and eval data (:mod:`cheems.training.training_data`), plans the first epoch's
+forward batches and prepares the optimizer and scheduler. Each piece is a function of its
+own: `load_for_training`, `token_budget_per_process`, `epoch_batches`, `step_groups`. The
+loop that advances the run is :mod:`cheems.training.trainer`.
+
+Imports torch, transformers, accelerate and peft inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from cheems.io import files_fingerprint
+from cheems.models.checkpoints import load_classifier, load_tokenizer, quiet_transformers, require_torch
+from cheems.models.packing import use_packed_attention
+from cheems.models.sequences import DEFAULT_TOKEN_BUDGET
+from cheems.records import CheemsInputError
+from cheems.training.batching import batch_stats, greedy_prompt_batches
+from cheems.training.config import TrainConfig
+from cheems.training.output_folder import MetricsLog, check_resume, list_checkpoints, load_checkpoint
+from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
+                                           read_training_prompts)
+
+__all__ = ["DROPPED_WARNING_SHARE", "MISSING_EXTRA", "Notify", "TrainingRun", "epoch_batches", "load_for_training",
+           "setup_run", "step_groups", "token_budget_per_process"]
+
+MISSING_EXTRA = "training needs the models extra: pip install 'cheems[models]'"
+
+Notify = Callable[[str], None]
+
+
+def _accelerator(config: TrainConfig):
+    """The ``accelerate.Accelerator`` of this launch (CPU, one GPU, or the processes of
+    ``accelerate launch``), DeepSpeed's micro batch set to ours. Refuses FSDP on CPU, several
+    processes without a distributed backend, and LoRA under ZeRO-3."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
+
+    handlers, cpu = [], False
+    if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # several processes on CPU (tests, laptops), started by `accelerate launch`: DDP needs
+        # accelerate's CPU mode; DeepSpeed runs outside it and needs gloo named explicitly;
+        # accelerate runs FSDP on GPUs only
+        if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
+            raise CheemsInputError("FSDP runs on GPUs only; on CPU launch with DDP or DeepSpeed "
+                                   "(configs/accelerate/)")
+        if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+            handlers.append(InitProcessGroupKwargs(backend="gloo"))
+        else:
+            cpu = True
+    accelerator = Accelerator(mixed_precision="bf16" if config.bf16 else "no", cpu=cpu,
+                              gradient_accumulation_steps=config.gradient_accumulation, kwargs_handlers=handlers)
+    if accelerator.num_processes > 1 and accelerator.distributed_type.value == "NO":
+        raise CheemsInputError(f"{accelerator.num_processes} processes but no distributed backend: launch with "
+                               "one of the configs in configs/accelerate/")
+    plugin = accelerator.state.deepspeed_plugin
+    if plugin is not None:
+        # batches come from our planner, not a DataLoader: DeepSpeed's "auto" sizes are ours
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = config.micro_batch_size
+        if config.lora_r and plugin.deepspeed_config.get("zero_optimization", {}).get("stage") == 3:
+            raise CheemsInputError("LoRA is not supported with ZeRO-3 here; use ZeRO-2, FSDP or DDP",
+                                   field="lora_r")
+    return accelerator
+
+
+def load_for_training(path: str, *, gradient_checkpointing: bool, packing: bool = False, liger_kernels: bool = False,
+                      compile: bool = False):
+    """``(tokenizer, model)``: the starting checkpoint in float32 through the shared loader
+    (:func:`cheems.models.checkpoints.load_classifier`), checked to be a decoder with a
+    ``score`` head, with gradient checkpointing switched on when asked, the packed attention
+    with ``packing`` (:mod:`cheems.models.packing`), Liger's kernels and compiled decoder
+    layers when asked (:mod:`cheems.models.kernels`)."""
+    with quiet_transformers():
+        tokenizer = load_tokenizer(path)
+    model, _ = load_classifier(path, tokenizer, dtype="float32")
+    if not hasattr(model, "score") or not hasattr(model, getattr(model, "base_model_prefix", "") or "-"):
+        raise CheemsInputError("expected a decoder *ForSequenceClassification model with a 'score' head",
+                               file=str(path))
+    if gradient_checkpointing:
+        model.config.use_cache = False
+        # transformers 5 renamed it; older releases only have the first name
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+    if packing and not use_packed_attention(model):
+        raise CheemsInputError(f"{type(model).__name__} cannot run packed batches; train with --no-packing",
+                               file=str(path))
+    if liger_kernels:
+        from cheems.models.kernels import use_liger_kernels
+
+        use_liger_kernels(model)
+    if compile:
+        from cheems.models.kernels import compile_layers
+
+        compile_layers(model)
+    return tokenizer, model
+
+
+def _with_lora(model, config: TrainConfig):
+    """``model`` with LoRA adapters (peft) on ``config.lora_target``; the score head trains fully."""
+    try:
+        from peft import LoraConfig, TaskType, get_peft_model
+    except ImportError:
+        raise CheemsInputError("LoRA needs peft: pip install peft", field="lora_r") from None
+    target = config.lora_target if config.lora_target == "all-linear" else \
+        [t.strip() for t in config.lora_target.split(",") if t.strip()]
+    lora = LoraConfig(task_type=TaskType.SEQ_CLS, r=config.lora_r, lora_alpha=config.lora_alpha,
+                      lora_dropout=config.lora_dropout, target_modules=target, modules_to_save=["score"])
+    try:
+        return get_peft_model(model, lora)
+    except ValueError as e:
+        raise CheemsInputError(str(e), field="lora_target") from None
+
+
+def _resume_point(config: TrainConfig, output: Path) -> tuple[int, Path | None]:
+    """``(step, checkpoint folder)`` to continue from: the last checkpoint in ``output`` when
+    ``config.resume`` is set and one exists, else ``(0, None)``."""
+    found = list_checkpoints(output) if config.resume else []
+    return found[-1] if found else (0, None)
+
+
+def token_budget_per_process(config: TrainConfig, device) -> int | None:
+    """A forward batch's token cap on one process: ``config.token_budget``, else on a GPU
+    ``DEFAULT_TOKEN_BUDGET["cuda"]``, else none (the micro batch size alone)."""
+    if config.token_budget:
+        return config.token_budget
+    return DEFAULT_TOKEN_BUDGET["cuda"] if str(device).startswith("cuda") else None
+
+
+def epoch_batches(data: TrainingData, config: TrainConfig, n_proc: int, epoch: int,
+                  budget: int | None) -> list[list[int]]:
+    """The epoch's forward batches for all processes together (n x micro batch, n x ``budget``)."""
+    return greedy_prompt_batches(data.items, batch_size=config.micro_batch_size * n_proc,
+                                 token_budget=budget * n_proc if budget else None, seed=config.seed + epoch,
+                                 pairs_by_prompt=data.pairs_by_prompt, packed=config.packing)
+
+
+def step_groups(batches: list[list[int]], gradient_accumulation: int) -> list[list[list[int]]]:
+    """Optimizer steps of an epoch: ``gradient_accumulation`` batches each, the list
+    extended from its start to fill the last step."""
+    ga = gradient_accumulation
+    extended = [batches[k % len(batches)] for k in range(math.ceil(len(batches) / ga) * ga)]
+    return [extended[i:i + ga] for i in range(0, len(extended), ga)]
+
+
+def _prepare_optimisation(accelerator, model, config: TrainConfig, total_steps: int):
+    """``(reward_model, optimizer, scheduler, trainable parameters)``: ``model`` wrapped as a
+    `RewardModel`, AdamW over its trainable weights and a cosine schedule with linear
+    warm-up, prepared by accelerate (the scheduler registered for checkpointing)."""
+    import torch
+    from transformers import get_cosine_schedule_with_warmup
+
+    from cheems.training.reward_model import RewardModel
+
+    reward_model = RewardModel(model)
+    params = [p for p in reward_model.parameters() if p.requires_grad]
+    trainable = sum(p.numel() for p in params)  # counted before ZeRO-3 partitions them
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    # stepped by us once per optimizer step (accelerate would step it once per process)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
+    reward_model, optimizer = accelerator.prepare(reward_model, optimizer)
+    accelerator.register_for_checkpointing(scheduler)
+    return reward_model, optimizer, scheduler, trainable
+
+
+@dataclass
+class TrainingRun:
+    """One run as `setup_run` builds it, :func:`cheems.training.trainer.train_epoch` advances
+    it and :func:`cheems.training.trainer.finish_run` ends it."""
+
+    config: TrainConfig
+    output: Path
+    accelerator: Any  # accelerate.Accelerator
+    tokenizer: Any
+    reward_model: Any  # RewardModel, prepared by accelerate (DDP / DeepSpeed / FSDP wrapped)
+    optimizer: Any  # AdamW, prepared by accelerate
+    scheduler: Any  # cosine with warm-up, stepped once per optimizer step
+    data: TrainingData
+    where: dict[tuple[int, int], int]  # (prompt index, response index) -> position in data.items
+    lengths: list[int]  # tokens of each sequence in data.items
+    eval_set: EvalSet
+    log: MetricsLog
+    token_budget: int | None  # a forward batch's token cap per process (token_budget_per_process)
+    first_batches: list[list[int]]  # epoch 0's forward batches, planned once for the shape too
+    first_shape: dict  # batch_stats of first_batches (pair coverage, padding share)
+    steps_per_epoch: int
+    total_steps: int
+    trainable: int  # trainable parameters
+    start_step: int  # 0, or the step of the checkpoint resumed from
+    data_fingerprint: str  # of the training files' bytes, recorded in checkpoints
+    # advanced by the loop
+    step: int = 0
+    trained_tokens: int = 0  # real tokens forwarded, all processes
+    last_eval: dict | None = None
+    eval_step: int = -1  # the step last_eval is of
+    epoch_loss: list[float] = field(default_factory=list)  # each step's loss, the last epoch run
+    epoch_right: list[tuple[int, int]] = field(default_factory=list)  # (pairs right, pairs) per step, idem
+
+
+DROPPED_WARNING_SHARE = 0.05
+"""Warn before training when more than this share of sequences is over ``max_length``."""
+
+
+def setup_run(config: TrainConfig, notify: Notify | None = None, *,
+              data_fingerprint: str | None = None) -> TrainingRun:
+    """Everything before the first step: validate ``config``; the accelerator; the resume
+    point; the model (seeded, LoRA adapters when asked); the training and eval data encoded;
+    the first epoch's batches; the optimizer and scheduler, prepared by accelerate and
+    restored from the checkpoint when resuming; the metrics log."""
+    torch = require_torch(MISSING_EXTRA)
+    config.validate()
+    output = Path(config.output)
+    accelerator = _accelerator(config)
+    start_step, resume_from = _resume_point(config, output)
+    data_fingerprint = data_fingerprint or files_fingerprint(config.train)
+    if resume_from is not None:
+        check_resume(resume_from, config, data_fingerprint)  # before anything loads
+    torch.manual_seed(config.seed)
+    tokenizer, model = load_for_training(str(config.model), gradient_checkpointing=config.gradient_checkpointing,
+                                         packing=config.packing, liger_kernels=config.liger_kernels,
+                                         compile=config.compile)
+    if config.lora_r:
+        model = _with_lora(model, config)
+    data = encode_training_data(read_training_prompts(config.train), tokenizer, max_length=config.max_length,
+                                truncate=config.truncate)
+    if notify is not None and data.dropped > DROPPED_WARNING_SHARE * data.n_sequences:
+        notify(f"warning: {data.dropped} of {data.n_sequences} sequence(s) "
+               f"({data.dropped / data.n_sequences:.1%}) are longer than max_length {config.max_length} tokens and "
+               f"are left out with their pairs (raise --max-length, or --truncate to keep their last tokens)")
+    eval_set = encode_eval_set(config.eval, tokenizer, max_length=config.max_length)
+    budget = token_budget_per_process(config, accelerator.device)
+    first_batches = epoch_batches(data, config, accelerator.num_processes, 0, budget)
+    steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))
+    total_steps = steps_per_epoch * config.epochs
+    reward_model, optimizer, scheduler, trainable = _prepare_optimisation(accelerator, model, config, total_steps)
+    if resume_from is not None:
+        load_checkpoint(accelerator, resume_from)
+    if accelerator.is_main_process:
+        output.mkdir(parents=True, exist_ok=True)
+    reward_model.train()
+    return TrainingRun(
+        config=config, output=output, accelerator=accelerator, tokenizer=tokenizer, reward_model=reward_model,
+        optimizer=optimizer, scheduler=scheduler, data=data,
+        where={(pi, ri): i for i, (pi, ri, _) in enumerate(data.items)}, lengths=[n for _, _, n in data.items],
+        eval_set=eval_set, log=MetricsLog(output, enabled=accelerator.is_main_process, start_step=start_step),
+        token_budget=budget, first_batches=first_batches,
+        first_shape=batch_stats(first_batches, data.items, data.pairs_by_prompt, packed=config.packing),
+        steps_per_epoch=steps_per_epoch, total_steps=total_steps, trainable=trainable, start_step=start_step,
+        data_fingerprint=data_fingerprint, step=start_step)
+
