@@ -1,4 +1,6 @@
 # Two entry points for a fresh machine: `make demo` and `make test`.
+# The demo needs the core install only (numpy, scipy, orjson, typer, rich: no torch);
+# the tests need every CPU extra, and the CPU build of torch first.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -6,14 +8,18 @@ OUT ?= demo-out
 
 .PHONY: demo test bench clean
 
-$(BIN)/cheems: pyproject.toml
+$(VENV)/.core-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(VENV)/.dev-installed: $(VENV)/.core-installed
 	$(BIN)/python -m pip install -q torch==2.13.0  # the CPU build; an unpinned torch pulls CUDA packages
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
-demo: $(BIN)/cheems
+demo: $(VENV)/.core-installed
 	$(BIN)/cheems example-data -o $(OUT)
 	$(BIN)/cheems rank $(OUT)/annotations/open.jsonl $(OUT)/annotations/human.jsonl -o $(OUT)/bench.jsonl --report $(OUT)/conflicts.json
 	$(BIN)/cheems stats $(OUT)/bench.jsonl
@@ -21,11 +27,11 @@ demo: $(BIN)/cheems
 	$(BIN)/cheems eval $(OUT)/bench.jsonl --scorer random --seed 0 --json $(OUT)/eval-random.json
 
 # pytest exits 5 when it collected no test: that is a failure here, said out loud
-test: $(BIN)/cheems
+test: $(VENV)/.dev-installed
 	@$(BIN)/python -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-bench: $(BIN)/cheems
+bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench_resolve.py
 	$(BIN)/python benchmarks/bench_rank_cli.py
 	$(BIN)/python benchmarks/bench_scoring.py

@@ -26,7 +26,8 @@ import numpy as np
 from cheems.records import CheemsInputError, Prompt, preference_pairs, ranked_pairs
 
 __all__ = ["TIES", "Outcomes", "PairScores", "benchmark_fingerprint", "calibration_error", "check_ties",
-           "dataset_stats", "evaluate", "evaluate_outcomes", "exact_matches", "kendall_taus", "length_diagnostic",
+           "dataset_stats", "evaluate", "evaluate_outcomes", "evaluate_scores", "exact_matches", "kendall_tau_b",
+           "kendall_taus", "length_diagnostic",
            "pair_scores", "prompt_items", "quantile_interval",
            "prompt_outcomes"]
 
@@ -86,6 +87,9 @@ class PairScores:
     better_ids: list[str]
     worse_ids: list[str]
     n_prompts: int
+    better_len: np.ndarray | None = None  # characters of each pair's responses (pair_scores(figures=True))
+    worse_len: np.ndarray | None = None
+    taus: list[float | None] | None = None  # per prompt, Kendall's tau-b (pair_scores(figures=True))
 
     def outcomes(self) -> Outcomes:
         def per_prompt(flags: np.ndarray) -> np.ndarray:
@@ -96,15 +100,21 @@ class PairScores:
                         per_prompt(self.better == self.worse))
 
 
-def pair_scores(prompts: list[Prompt], scores: Mapping[tuple[str, str], float]) -> PairScores:
+def pair_scores(prompts: list[Prompt], scores: Mapping[tuple[str, str], float], *,
+                figures: bool = False) -> PairScores:
     """Gather each prompt's ranked pairs and their scores into flat arrays. O(total pairs).
 
-    Raises CheemsInputError naming the first (prompt id, response id) without a score.
+    The one pass over the prompts that an evaluation needs: with ``figures``, the same loop also
+    records each pair's response lengths (for :func:`length_diagnostic`) and each prompt's
+    Kendall tau-b (:func:`kendall_tau_b`). Raises CheemsInputError naming the first
+    (prompt id, response id) without a score.
     """
     better: list[float] = []
     worse: list[float] = []
     better_ids: list[str] = []
     worse_ids: list[str] = []
+    lengths: list[tuple[int, int]] = []
+    taus: list[float | None] = []
     counts = np.zeros(len(prompts), np.int64)
     missing = 0
     first_missing = None
@@ -127,12 +137,21 @@ def pair_scores(prompts: list[Prompt], scores: Mapping[tuple[str, str], float]) 
             worse.append(s[l])
             better_ids.append(w)
             worse_ids.append(l)
+        if figures:
+            chars = {r.id: len(r.content) for r in p.responses}
+            lengths.extend((chars[w], chars[l]) for w, l in pairs)
+            ids = [r.id for r in p.responses if r.id in p.rank]
+            taus.append(kendall_tau_b([-p.rank[k] for k in ids], [s[k] for k in ids]))
     if missing:
         raise CheemsInputError(f"{missing} response(s) have no score, the first is prompt "
                                f"{first_missing[0]!r} response {first_missing[1]!r}", field="score")
     owner = np.repeat(np.arange(len(prompts)), counts)  # pair -> its prompt
-    return PairScores(owner, np.asarray(better, float), np.asarray(worse, float), better_ids, worse_ids,
-                      len(prompts))
+    out = PairScores(owner, np.asarray(better, float), np.asarray(worse, float), better_ids, worse_ids,
+                     len(prompts))
+    if figures:
+        chars = np.asarray(lengths, np.int64).reshape(-1, 2)
+        out.better_len, out.worse_len, out.taus = chars[:, 0], chars[:, 1], taus
+    return out
 
 
 def prompt_outcomes(prompts: list[Prompt], scores: Mapping[tuple[str, str], float]) -> Outcomes:
@@ -169,19 +188,23 @@ def calibration_error(better: np.ndarray, worse: np.ndarray, n_bins: int = 5) ->
     return float(weighted / total) if total else None
 
 
+def kendall_tau_b(human: list[float], model: list[float]) -> float | None:
+    """Kendall's tau-b between a human ranking (higher = better) and model scores; None where it
+    is undefined (all scores, or all ranks, equal)."""
+    from scipy.stats import kendalltau
+
+    if len(set(human)) < 2 or len(set(model)) < 2:
+        return None
+    return float(kendalltau(human, model, variant="b").statistic)
+
+
 def kendall_taus(prompts: list[Prompt], scores: Mapping[tuple[str, str], float]) -> list[float | None]:
     """Per prompt, Kendall's tau-b between its responses' scores and the human ranking (rank 0 is
     best, so the ranking enters negated); None where it is undefined (all scores, or all ranks, equal)."""
-    from scipy.stats import kendalltau
-
     out: list[float | None] = []
     for p in prompts:
         ids = [r.id for r in p.responses if r.id in p.rank]
-        human, model = [-p.rank[i] for i in ids], [scores[(p.id, i)] for i in ids]
-        if len(set(human)) < 2 or len(set(model)) < 2:
-            out.append(None)
-            continue
-        out.append(float(kendalltau(human, model, variant="b").statistic))
+        out.append(kendall_tau_b([-p.rank[i] for i in ids], [scores[(p.id, i)] for i in ids]))
     return out
 
 
@@ -189,9 +212,12 @@ def length_diagnostic(prompts: list[Prompt], pairs: PairScores) -> dict:
     """Accuracy on the ranked pairs whose better response is the longer one and on those where it
     is the shorter one (characters; pairs of equal length are in neither): a scorer that just
     prefers length does well on the first and badly on the second."""
-    lengths = [{r.id: len(r.content) for r in p.responses} for p in prompts]
-    lb = np.array([lengths[o][b] for o, b in zip(pairs.owner.tolist(), pairs.better_ids)], np.int64)
-    lw = np.array([lengths[o][w] for o, w in zip(pairs.owner.tolist(), pairs.worse_ids)], np.int64)
+    if pairs.better_len is not None:
+        lb, lw = pairs.better_len, pairs.worse_len
+    else:
+        lengths = [{r.id: len(r.content) for r in p.responses} for p in prompts]
+        lb = np.array([lengths[o][b] for o, b in zip(pairs.owner.tolist(), pairs.better_ids)], np.int64)
+        lw = np.array([lengths[o][w] for o, w in zip(pairs.owner.tolist(), pairs.worse_ids)], np.int64)
     right = pairs.better > pairs.worse
     out = {}
     for name, mask in (("better_longer", lb > lw), ("better_shorter", lb < lw)):
@@ -253,27 +279,36 @@ def evaluate(prompts: list[Prompt], scores: Mapping[tuple[str, str], float], *,
     """Accuracy, Exact Match and Overall of a scorer, per subset, with CIs and categories.
 
     Returns ``{"ties", "subsets": {name: {"accuracy", "exact_match", "score", "n_prompts",
-    "n_skipped", "n_comparisons", "n_tied", "ci": {...}, "categories": {...}}}, "overall",
-    "overall_ci"}``. ``ties`` is the Exact Match tie rule (see the module docstring). The CI
-    resamples prompts with replacement within each subset (seeded); Overall's CI combines
-    the subsets' resamples. O(total pairs + n_bootstrap * prompts * categories).
+    "n_skipped", "n_comparisons", "n_tied", "ci": {...}, "categories": {...}, "ece",
+    "kendall_tau_b", "length"}}, "overall", "overall_ci"}``. ``ties`` is the Exact Match tie rule
+    (see the module docstring). The CI resamples prompts with replacement within each subset
+    (seeded); Overall's CI combines the subsets' resamples. O(total pairs + n_bootstrap *
+    prompts * categories).
     """
-    pairs = pair_scores(prompts, scores)
+    return evaluate_scores(prompts, scores, n_bootstrap=n_bootstrap, seed=seed, confidence=confidence,
+                           ties=ties)[0]
+
+
+def evaluate_scores(prompts: list[Prompt], scores: Mapping[tuple[str, str], float], *, n_bootstrap: int = 1000,
+                    seed: int = 0, confidence: float = 0.95, ties: str = "official") -> tuple[dict, list[dict]]:
+    """The report of :func:`evaluate` and the per-prompt rows of :func:`prompt_items`, from one
+    pass over the prompts (:func:`pair_scores` with ``figures``)."""
+    pairs = pair_scores(prompts, scores, figures=True)
     report = evaluate_outcomes(prompts, pairs.outcomes(), n_bootstrap=n_bootstrap, seed=seed, confidence=confidence,
                                ties=ties)
-    taus = kendall_taus(prompts, scores)
     subset_of = np.array([p.subset or "default" for p in prompts], dtype=object)
     for name, entry in report["subsets"].items():
         members = np.flatnonzero(subset_of == name)
         in_subset = np.isin(pairs.owner, members)
         entry["ece"] = calibration_error(pairs.better[in_subset], pairs.worse[in_subset])
-        defined = [taus[i] for i in members if taus[i] is not None]
+        defined = [pairs.taus[i] for i in members if pairs.taus[i] is not None]
         entry["kendall_tau_b"] = float(np.mean(defined)) if defined else None
         sub = PairScores(pairs.owner[in_subset], pairs.better[in_subset], pairs.worse[in_subset],
                          [b for b, m in zip(pairs.better_ids, in_subset) if m],
-                         [w for w, m in zip(pairs.worse_ids, in_subset) if m], pairs.n_prompts)
+                         [w for w, m in zip(pairs.worse_ids, in_subset) if m], pairs.n_prompts,
+                         pairs.better_len[in_subset], pairs.worse_len[in_subset])
         entry["length"] = length_diagnostic(prompts, sub)
-    return report
+    return report, prompt_items(prompts, pairs)
 
 
 def evaluate_outcomes(prompts: list[Prompt], out: Outcomes, *, n_bootstrap: int = 1000, seed: int = 0,

@@ -29,7 +29,7 @@ from typing import Any
 
 from cheems.records import CheemsInputError, is_integer, is_number
 
-__all__ = ["check_settings", "flag_help", "is_integer", "is_number", "setting", "settings_from_mapping"]
+__all__ = ["check_settings", "flag_help", "is_integer", "is_number", "setting", "setting_kind", "settings_from_mapping"]
 
 _NO_DEFAULT = dataclasses.MISSING
 
@@ -37,15 +37,19 @@ _NO_DEFAULT = dataclasses.MISSING
 def setting(default: Any = _NO_DEFAULT, *, help: str, default_factory: Any = _NO_DEFAULT,
             min: float | None = None, max: float | None = None, gt: float | None = None,
             lt: float | None = None, choices: tuple | None = None, choice_name: str = "value",
+            pattern: str | None = None, pattern_text: str | None = None,
             nonempty: bool = False, default_text: str | None = None, kw_only: Any = _NO_DEFAULT,
             repr: bool = True) -> Any:
     """A dataclass field with its help text and allowed range (see the module docstring).
 
     ``default_text`` replaces the default in help texts where the default needs words
     (``token_budget`` None means "micro batch size alone"); ``choice_name`` names what the
-    choices are in the error message ("unknown rule(s) 'x'; known: ...")."""
+    choices are in the error message ("unknown rule(s) 'x'; known: ..."). ``pattern`` is a
+    regular expression a text must match whole, ``pattern_text`` says it in words for the
+    error message ("cpu, cuda or cuda:N")."""
     meta = {"help": help, "min": min, "max": max, "gt": gt, "lt": lt, "choices": choices,
-            "choice_name": choice_name, "nonempty": nonempty, "default_text": default_text}
+            "choice_name": choice_name, "nonempty": nonempty, "default_text": default_text,
+            "pattern": pattern, "pattern_text": pattern_text}
     kw: dict[str, Any] = {"metadata": meta, "repr": repr}
     if default is not _NO_DEFAULT:
         kw["default"] = default
@@ -93,6 +97,12 @@ def _kind(tp: Any) -> str:
             return "paths"
         return "strings"
     return "any"
+
+
+def setting_kind(tp: Any) -> str:
+    """What a setting of annotation ``tp`` holds, ``None`` aside: "bool", "int", "float", "str",
+    "path", "strings" (a list or tuple of texts), "paths", "dataclasses" or "any"."""
+    return _kind(_split_optional(tp)[0])
 
 
 def _item_class(tp: Any) -> Any:
@@ -177,6 +187,8 @@ def _check_value(name: str, v: Any, tp: Any, meta: dict) -> None:
         if unknown:
             raise CheemsInputError(f"unknown {meta['choice_name']}(s) {', '.join(map(repr, unknown))}; "
                                    f"known: {', '.join(map(str, meta['choices']))}", field=name)
+    if meta.get("pattern") and kind == "str" and not re.fullmatch(meta["pattern"], v):
+        raise CheemsInputError(f"must be {meta['pattern_text'] or meta['pattern']}, got {v!r}", field=name)
     if meta["nonempty"]:
         if kind == "strings" and (not v or not all(x for x in v)):
             raise CheemsInputError(f"must be a list of non-empty strings, got {_show(v)}", field=name)
@@ -265,7 +277,7 @@ def flag_help(cls, name: str) -> str:
     text = meta["help"].rstrip(".")
     if meta.get("default_text"):
         return f"{text} (default: {meta['default_text']})."
-    if f.default is dataclasses.MISSING or f.default is False:  # a flag that is off unless given
+    if f.default is dataclasses.MISSING or f.default is False or f.default is None:  # nothing to show
         return text + "."
     d = f.default
     shown = ("on" if d else "off") if isinstance(d, bool) else ",".join(d) if isinstance(d, tuple) else _fmt(d)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +32,7 @@ from sqlalchemy.orm import Session
 
 from cheems.annotate.db import Annotation, Assignment, PromptRow, ReviewItem, Task, User, now
 from cheems.annotate.protocol import LETTERS, Submission, agreement, check_submission, relation
+from cheems.annotate.settings import WorkflowSettings
 from cheems.graph import triple_tasks
 from cheems.records import CheemsInputError, Prompt
 
@@ -51,18 +51,6 @@ class WorkflowError(Exception):
         self.detail = detail
         self.field = field
         super().__init__(detail)
-
-
-@dataclass(frozen=True)
-class WorkflowSettings:
-    """The knobs of the protocol (the flags of `cheems annotate serve`)."""
-
-    agreement_bar: float = 0.9  # an annotator pair below this agreement over recent tasks aligns
-    agreement_window: int = 20  # their most recent shared tasks that count
-    review_rate: float = 0.3  # share sampled at each review stage
-    review_stages: int = 2  # cascading stages
-    claim_timeout_s: float = 1800.0  # an assignment not submitted by then is handed to someone else
-    seed: int = 0
 
 
 # ----------------------------------------------------------------------------------------- import

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from cheems.cli import data, evaluate, models  # noqa: F401  (each registers its commands on the app)
 from cheems.cli.annotate import annotate_app
 from cheems.cli.app import app
 from cheems.cli.curate import analyze_app, curate_app

@@ -11,7 +11,9 @@ from typing import Optional
 
 import typer
 
+from cheems.annotate.settings import ServerSettings, WorkflowSettings
 from cheems.cli.console import err, out, print_skipped, reports_input_errors
+from cheems.cli.flags import build_settings, settings_flags
 from cheems.records import CheemsInputError
 
 __all__ = ["annotate_app"]
@@ -122,34 +124,22 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
 
 @annotate_app.command("serve")
 @reports_input_errors
-def serve(host: str = typer.Option("127.0.0.1", "--host"), port: int = typer.Option(8000, "--port"),
-          agreement_bar: float = typer.Option(0.9, "--agreement-bar", help="Pairs of annotators whose agreement "
-                                              "over recent shared tasks is below this align their disagreements."),
-          review_rate: float = typer.Option(0.3, "--review-rate", help="Share sampled at each review stage."),
-          review_stages: int = typer.Option(2, "--review-stages", help="Cascading review stages."),
-          claim_timeout: float = typer.Option(1800, "--claim-timeout", help="Seconds before an abandoned task "
-                                              "is handed to someone else."),
-          seed: int = typer.Option(0, "--seed", help="Seed of shown orders and review samples."),
-          secure_cookies: bool = typer.Option(False, "--secure-cookies", help="Mark the cookie Secure (HTTPS)."),
-          db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+@settings_flags(ServerSettings, into="server_flags")
+@settings_flags(WorkflowSettings, into="workflow_flags", exclude=("agreement_window",),
+                names={"claim_timeout_s": "--claim-timeout"})
+def serve(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow_flags: dict = None,
+          server_flags: dict = None):
     """Run the web app: annotators at http://HOST:PORT/, the dashboard at /dashboard."""
     from cheems.annotate.app import create_app
-    from cheems.annotate.workflow import WorkflowSettings
 
+    workflow = build_settings(WorkflowSettings, workflow_flags)
+    server = build_settings(ServerSettings, server_flags)
     _need_extra()
     import uvicorn
 
-    checks = {"--agreement-bar": 0 <= agreement_bar <= 1, "--review-rate": 0 <= review_rate <= 1,
-              "--review-stages": review_stages >= 0, "--claim-timeout": claim_timeout > 0, "--seed": seed >= 0,
-              "--port": 0 <= port < 65536}
-    for name, ok in checks.items():
-        if not ok:
-            raise CheemsInputError("out of range", field=name)
-    settings = WorkflowSettings(agreement_bar=agreement_bar, review_rate=review_rate, review_stages=review_stages,
-                                claim_timeout_s=claim_timeout, seed=seed)
-    app = create_app(_db_url(db), settings, secure_cookies=secure_cookies)
-    err.print(f"cheems annotate: http://{host}:{port}/  (dashboard: /dashboard; Ctrl+C stops)")
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    app = create_app(_db_url(db), workflow, secure_cookies=server.secure_cookies)
+    err.print(f"cheems annotate: http://{server.host}:{server.port}/  (dashboard: /dashboard; Ctrl+C stops)")
+    uvicorn.run(app, host=server.host, port=server.port, log_level="warning", timeout_graceful_shutdown=5)
 
 
 @annotate_app.command("status")

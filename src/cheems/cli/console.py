@@ -12,9 +12,8 @@ import typer
 from rich.console import Console
 
 from cheems.records import CheemsInputError
-from cheems.settings import flag_help
 
-__all__ = ["EXIT_BAD_INPUT", "err", "flag", "fmt", "given", "judge_backend_for", "out", "print_skipped", "progress",
+__all__ = ["EXIT_BAD_INPUT", "err", "fmt", "judge_backend_for", "out", "print_skipped", "progress",
            "reports_input_errors"]
 
 # markup and emoji codes off: file names and messages may contain [brackets] and ":100:"
@@ -57,7 +56,6 @@ def fmt(x: Optional[float], digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-
 @contextlib.contextmanager
 def progress(what: str):
     """A progress bar with ETA on stderr; yields the progress(done, total) callback."""
@@ -85,15 +83,3 @@ def judge_backend_for(backend: str, judge: str, api_base: Optional[str], trust_r
     if not api_base:
         raise CheemsInputError("--judge needs --api-base URL (an OpenAI-compatible endpoint)")
     return api_base, None
-
-
-def flag(cls, name: str, when: str | None = None) -> str:
-    """The help text of a flag, taken from the setting ``name`` of the dataclass ``cls`` (with
-    its default), prefixed with ``With WHEN:`` for flags that only matter with another one."""
-    text = flag_help(cls, name)
-    return f"With {when}: {text[0].lower()}{text[1:]}" if when else text
-
-
-def given(**values) -> dict:
-    """The flags the user gave (None = not given), to lay over a config's defaults."""
-    return {k: v for k, v in values.items() if v is not None}

@@ -7,13 +7,14 @@ from typing import List, Optional
 
 import typer
 
-from cheems.cli.console import err, flag, fmt, given, judge_backend_for, out, progress, reports_input_errors
+from cheems.cli.console import err, fmt, judge_backend_for, out, progress, reports_input_errors
+from cheems.cli.flags import build_settings, settings_flags
 from cheems.curation.filters import FilterConfig
 from cheems.curation.sample import SampleConfig
 from cheems.curation.stages import ResolveSettings
 from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
-from cheems.scoring.evaluate import ModelSettings
+from cheems.scoring.model_settings import ModelSettings
 
 __all__ = ["analyze_app", "curate_app"]
 
@@ -34,22 +35,19 @@ def _done(report: dict, what: str) -> None:
 
 @curate_app.command("sample")
 @reports_input_errors
+@settings_flags(SampleConfig, into="sample_flags", only=("concurrency", "seed", "cache_path"),
+                names={"cache_path": "--cache"})
 def sample(
     prompts: List[Path] = typer.Argument(..., help="Prompt rows (JSONL with 'prompt'; responses are ignored)."),
     output: Path = typer.Option(..., "-o", "--output", help="Prompts with their sampled responses (JSONL)."),
     config: Path = typer.Option(..., "--config", help=CONFIG_HELP + " The 'sample' section lists the models."),
-    concurrency: Optional[int] = typer.Option(None, help=flag(SampleConfig, "concurrency")),
-    seed: Optional[int] = typer.Option(None, help=flag(SampleConfig, "seed")),
-    cache: Optional[Path] = typer.Option(None, "--cache", help=flag(SampleConfig, "cache_path")),
+    sample_flags: dict = None,
 ):
     """Collect k responses per prompt from every model of the config; each response records its
     model. Prompts whose every request failed go to OUT.failed.jsonl."""
     from cheems.curation.stages import run_sample, stage_settings
 
-    section = dict(stage_settings(config, "sample"))
-    section.update({k: v for k, v in {"concurrency": concurrency, "seed": seed,
-                                       "cache_path": str(cache) if cache else None}.items() if v is not None})
-    cfg = SampleConfig.from_mapping(section, file=str(config))
+    cfg = build_settings(SampleConfig, sample_flags, config=config, section=stage_settings(config, "sample"))
     with progress("sampling") as bar:
         report = run_sample(prompts, output, cfg, bar)
     req = report["requests"]
@@ -61,25 +59,20 @@ def sample(
 
 @curate_app.command("filter")
 @reports_input_errors
+@settings_flags(FilterConfig, into="filter_flags", only=("rules", "max_chars", "max_non_chinese_ratio",
+                                                         "near_duplicate_threshold", "min_responses"))
 def filter_(
     inputs: List[Path] = typer.Argument(..., help="Prompts with responses."),
     output: Path = typer.Option(..., "-o", "--output", help="Prompts with the responses that pass."),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
-    rules: Optional[str] = typer.Option(None, help="Comma-separated rules to apply (default: all)."),
-    max_chars: Optional[int] = typer.Option(None, help=flag(FilterConfig, "max_chars")),
-    max_non_chinese_ratio: Optional[float] = typer.Option(None, help=flag(FilterConfig, "max_non_chinese_ratio")),
-    near_duplicate_threshold: Optional[float] = typer.Option(None, help=flag(FilterConfig, "near_duplicate_threshold")),
-    min_responses: Optional[int] = typer.Option(None, help=flag(FilterConfig, "min_responses")),
+    filter_flags: dict = None,
 ):
     """Rule filters of §4.1 (high recall): empty, garbled, repeated, non-Chinese, truncated, too
     long, length outliers, duplicates. Removed responses go to OUT.removed.jsonl with the rule."""
-    from cheems.curation.stages import run_filter, settings_into, stage_settings
+    from cheems.curation.stages import run_filter, stage_settings
 
-    given = {"rules": tuple(r.strip() for r in rules.split(",") if r.strip()) if rules else None,
-             "max_chars": max_chars, "max_non_chinese_ratio": max_non_chinese_ratio,
-             "near_duplicate_threshold": near_duplicate_threshold, "min_responses": min_responses}
-    cfg = settings_into(FilterConfig, stage_settings(config, "filter"), given,
-                        file=str(config) if config else None, stage="filter")
+    cfg = build_settings(FilterConfig, filter_flags, config=config, section=stage_settings(config, "filter"),
+                         prefix="filter.")
     with progress("filtering") as bar:
         report = run_filter(inputs, output, cfg, bar)
     rules_hit = ", ".join(f"{k} {v}" for k, v in report["removed_by_rule"].items() if v) or "none"
@@ -90,37 +83,32 @@ def filter_(
 
 @curate_app.command("judge")
 @reports_input_errors
+@settings_flags(JudgeConfig, into="judge_flags", names={"model": "--judge", "cache_path": "--cache"},
+                only=("model", "api_base", "api_key", "concurrency", "timeout", "max_retries", "seed",
+                      "cache_path"))
 def judge(
     inputs: List[Path] = typer.Argument(..., help="Prompts with responses (e.g. the filter stage's output)."),
     output: Path = typer.Option(..., "-o", "--output", help="The same prompts with the judge's comparisons."),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
-    judge_model: Optional[str] = typer.Option(None, "--judge", help="Chat model name at the endpoint "
-                                              "(or a local model folder with --judge-backend vllm)."),
-    api_base: Optional[str] = typer.Option(None, "--api-base", help="OpenAI-compatible base URL."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help=flag(JudgeConfig, "api_key")),
-    concurrency: Optional[int] = typer.Option(None, help=flag(JudgeConfig, "concurrency")),
-    timeout: Optional[float] = typer.Option(None, help=flag(JudgeConfig, "timeout")),
-    max_retries: Optional[int] = typer.Option(None, help=flag(JudgeConfig, "max_retries")),
     both_orders: bool = typer.Option(False, "--both-orders", help="Judge every pair in both orders "
                                      "(default: one random order per pair, as the paper)."),
-    seed: Optional[int] = typer.Option(None, help=flag(JudgeConfig, "seed")),
-    cache: Optional[Path] = typer.Option(None, "--cache", help=flag(JudgeConfig, "cache_path")),
     judge_backend: str = typer.Option("api", help="api or vllm (GPU, offline)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="With vllm: allow model code."),
+    judge_flags: dict = None,
 ):
     """Compare all C(N,2) response pairs of every prompt with an LLM judge (§4.2), with the
     category's criteria. A is better -> label g, B -> b, C -> tie s; provenance kept."""
-    from cheems.curation.stages import run_judge, settings_into, stage_settings
+    from cheems.curation.stages import run_judge, stage_settings
 
-    section = dict(stage_settings(config, "judge"))
-    name = judge_model or section.get("model")
+    section = stage_settings(config, "judge")
+    name = judge_flags.get("model") or section.get("model")
     if not name:
         raise CheemsInputError("give the judge model: --judge NAME (or 'model' in the judge section)")
-    base, generate = judge_backend_for(judge_backend, name, api_base or section.get("api_base"), trust_remote_code)
-    given = {"model": name, "api_base": base, "api_key": api_key, "concurrency": concurrency, "timeout": timeout,
-             "max_retries": max_retries, "seed": seed, "cache_path": str(cache) if cache else None,
+    base, generate = judge_backend_for(judge_backend, name, judge_flags.get("api_base") or section.get("api_base"),
+                                       trust_remote_code)
+    given = {**judge_flags, "model": name, "api_base": base,
              "both_orders": True if both_orders else section.get("both_orders", False)}
-    cfg = settings_into(JudgeConfig, section, given, file=str(config) if config else None, stage="judge")
+    cfg = build_settings(JudgeConfig, given, config=config, section=section, prefix="judge.")
     with progress("judging pairs") as bar:
         report = run_judge(inputs, output, cfg, bar, generate=generate)
     labels = report["labels"]
@@ -133,6 +121,8 @@ def judge(
 
 @curate_app.command("resolve")
 @reports_input_errors
+@settings_flags(ModelSettings, into="model_flags", when="--rm", plain=("backend", "trust_remote_code"))
+@settings_flags(ResolveSettings, into="resolve_flags")
 def resolve(
     inputs: List[Path] = typer.Argument(..., help="Judged prompts (the judge stage's output)."),
     output: Path = typer.Option(..., "-o", "--output", help="Prompts whose comparisons form no cycle."),
@@ -140,20 +130,18 @@ def resolve(
                                       "(`cheems train`); scores go to OUT.scores.jsonl, resumable."),
     scores: Optional[Path] = typer.Option(None, "--scores", help="Or: a scores file of that model."),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
-    scope: Optional[str] = typer.Option(None, help=flag(ResolveSettings, "scope")),
-    margin: Optional[float] = typer.Option(None, help=flag(ResolveSettings, "margin")),
-    device: Optional[str] = typer.Option(None, help=flag(ModelSettings, "device", "--rm")),
-    max_length: Optional[int] = typer.Option(None, help=flag(ModelSettings, "max_length", "--rm")),
+    resolve_flags: dict = None, model_flags: dict = None,
 ):
     """Distant supervision (§4.2): where the judge's comparisons form cycles keep only those the
     reward model agrees with; report kept/dropped and judge-RM agreement per category."""
-    from cheems.curation.stages import run_resolve, settings_into, stage_settings
+    from cheems.curation.stages import run_resolve, stage_settings
 
-    cfg = settings_into(ResolveSettings, stage_settings(config, "resolve"), {"scope": scope, "margin": margin},
-                        file=str(config) if config else None, stage="resolve")
+    cfg = build_settings(ResolveSettings, resolve_flags, config=config, section=stage_settings(config, "resolve"),
+                         prefix="resolve.")
+    settings = build_settings(ModelSettings, model_flags)
     with progress("scoring") as bar:
         report = run_resolve(inputs, output, scores=scores, rm=rm, scope=cfg.scope, margin=cfg.margin,
-                             progress=bar, **given(device=device, max_length=max_length))
+                             model_settings=settings, progress=bar, notify=err.print)
     t = report["total"]
     out.print(f"kept {t['kept']} of {t['comparisons']} comparisons, dropped {t['dropped']} "
               f"({', '.join(f'{k} {v}' for k, v in t['dropped_by_reason'].items() if v) or 'none'}); "

@@ -12,7 +12,10 @@ import typer
 from rich.table import Table
 
 from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_input_errors
+from cheems.cli.flags import build_settings, settings_flags
 from cheems.records import CheemsInputError
+from cheems.scoring.bench_judge import JudgeConfig
+from cheems.scoring.model_settings import ModelSettings
 
 __all__ = ["register"]
 
@@ -54,6 +57,9 @@ def _ns(text: str) -> list[int]:
 
 
 @reports_input_errors
+@settings_flags(JudgeConfig, into="judge_flags", only=("model", "api_base", "api_key", "concurrency", "cache_path"),
+                when="--judge", plain=("model",), names={"model": "--judge", "cache_path": "--cache"})
+@settings_flags(ModelSettings, into="model_flags", when="--model", plain=("backend", "trust_remote_code"))
 def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N candidate responses each."),
         gold: Optional[Path] = typer.Option(None, "--gold", help="SCORES-shaped rows {prompt_id, response_id, "
                                             "score}: each response's true quality (a number, or +1/-1 win/loss "
@@ -61,40 +67,37 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
         scores: Optional[Path] = typer.Option(None, "--scores", help="The reward model's SCORES file."),
         model: Optional[Path] = typer.Option(None, "--model", help="Or: a reward model folder to score with."),
         n: str = typer.Option("1,2,4,8,16,32", "-n", help="Comma-separated n of best-of-n."),
-        judge: Optional[str] = typer.Option(None, "--judge", help="Also judge the best-of-N pick against "
-                                            "--baseline with this chat model, in both orders."),
         baseline: Optional[str] = typer.Option(None, "--baseline", help="With --judge: the id of the baseline "
                                                "response in every prompt."),
-        api_base: Optional[str] = typer.Option(None, "--api-base", help="With --judge: OpenAI-compatible base URL."),
-        api_key: Optional[str] = typer.Option(None, "--api-key", help="With --judge: API key."),
-        concurrency: Optional[int] = typer.Option(None, help="With --judge: requests in flight at once."),
-        cache: Optional[Path] = typer.Option(None, "--cache", help="With --judge: SQLite reply cache."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the curve as JSON."),
         bootstrap: int = typer.Option(1000, help="Bootstrap resamples over prompts for the 95% CI."),
         seed: int = typer.Option(0, help="Seed of the bootstrap."),
-        skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing.")):
+        skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+        judge_flags: dict = None, model_flags: dict = None):
     """Best-of-n (paper §6.2): the expected gold quality of the reward model's pick among n of the
     N candidates, exact over all n-subsets, per category and overall with bootstrap CIs; and/or
     the judged win rate of its best-of-N pick against a baseline response."""
-    from cheems.cli.console import given
     from cheems.io import check_outputs, write_json
     from cheems.report.bon import best_of_n_files
-    from cheems.scoring.bench_judge import JudgeConfig
 
-    check_outputs([json_out], [*candidates, gold, scores, cache])
+    check_outputs([json_out], [*candidates, gold, scores, judge_flags.get("cache_path")])
     ns = _ns(n)
-    judge_config = None
-    if judge is not None:
-        judge_config = JudgeConfig(model=judge, api_base=api_base, api_key=api_key, seed=seed, cache_path=cache,
-                                   **given(concurrency=concurrency))
-    with progress("scoring / judging") if model or judge else contextlib.nullcontext(None) as bar:
+    judged = "model" in judge_flags
+    judge = build_settings(JudgeConfig, {**judge_flags, "seed": seed}) if judged else None
+    settings = build_settings(ModelSettings, model_flags)
+    with progress("scoring / judging") if model or judged else contextlib.nullcontext(None) as bar:
         report, errors = best_of_n_files([str(c) for c in candidates], str(gold) if gold else None, ns,
                                          scores=str(scores) if scores else None, model=str(model) if model else None,
-                                         judge=judge_config, baseline=baseline, n_bootstrap=bootstrap, seed=seed,
-                                         skip_invalid=skip_invalid, progress=bar, notify=err.print)
+                                         model_settings=settings, judge=judge, baseline=baseline,
+                                         n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
+                                         notify=err.print)
     print_skipped(errors)
     if json_out:
         write_json(json_out, report)
+    _print_bon(report)
+
+
+def _print_bon(report: dict) -> None:
     if "curve" in report:
         _print_curve(report)
     if "judged" in report:

@@ -23,10 +23,10 @@ from typing import Any, Callable, Sequence
 from cheems.formats import check_unique_ids, read_prompts
 from cheems.io import check_outputs, outputs_together, read_yaml_mapping, sidecar, write_json, write_jsonl
 from cheems.records import CheemsInputError, Prompt
-from cheems.settings import check_settings, setting, settings_from_mapping
+from cheems.settings import check_settings, setting
 
 __all__ = ["ResolveSettings", "read_inputs", "run_analyze_bias", "run_debias", "run_filter", "run_judge",
-           "run_merge", "run_resolve", "run_sample", "settings_into", "stage_settings"]
+           "run_merge", "run_resolve", "run_sample", "stage_settings"]
 
 Progress = Callable[[int, int], None]
 
@@ -55,13 +55,6 @@ def stage_settings(path: str | os.PathLike | None, stage: str) -> dict:
         raise CheemsInputError(f"the {stage!r} section must be a mapping of setting: value",
                                file=str(path), field=stage)
     return section
-
-
-def settings_into(cls, section: dict, given: dict, *, file: str | None = None, stage: str = ""):
-    """An instance of dataclass ``cls`` from a config section, with ``given`` (flags, None =
-    not given) winning; unknown keys are errors naming the stage and key."""
-    return settings_from_mapping(cls, {**section, **{k: v for k, v in given.items() if v is not None}},
-                                 file=file, prefix=f"{stage}." if stage else "")
 
 
 def read_inputs(paths: Sequence[str | os.PathLike]) -> list[Prompt]:
@@ -158,12 +151,13 @@ def run_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, co
 
 def run_resolve(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *,
                 scores: str | os.PathLike | None = None, rm: str | os.PathLike | None = None,
-                scope: str = "cycles", margin: float = 0.0, device: str = "cpu", dtype: str = "auto",
-                max_length: int = 2048, token_budget: int | None = None,
-                progress: Progress | None = None) -> dict:
+                scope: str = "cycles", margin: float = 0.0, model_settings=None,
+                progress: Progress | None = None, notify: Callable[[str], None] | None = None) -> dict:
     """Distant supervision (`cheems.curation.distant_supervision`) with the scores of a
-    reward model: read from ``scores``, or computed with ``rm`` into ``OUT.scores.jsonl``
-    (resumable: a rerun scores only what is missing)."""
+    reward model: read from ``scores``, or computed with ``rm`` into ``OUT.scores.jsonl`` as
+    ``cheems score`` computes them (:func:`cheems.scoring.run.score_with_model`, run as
+    ``model_settings``, a :class:`~cheems.scoring.model_settings.ModelSettings`, say;
+    resumable: a rerun scores only what is missing)."""
     from cheems.curation.distant_supervision import distant_supervision
     from cheems.formats import read_scores
 
@@ -177,15 +171,10 @@ def run_resolve(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, 
         check_model_folder(rm)
     prompts = read_inputs(inputs)
     if rm is not None:
-        from cheems.io import ResumableJsonl
-        from cheems.scoring.run import score_to_file, scores_meta
-        from cheems.scoring.transformers_rm import load_reward_model
+        from cheems.scoring.run import score_with_model
 
         scores = scored
-        meta = scores_meta(prompts, rm, max_length=max_length, dtype=dtype, device=device)
-        ResumableJsonl.check(scores, meta)  # before the model loads
-        model = load_reward_model(rm, device=device, dtype=dtype, max_length=max_length)
-        score_to_file(model, prompts, scores, meta=meta, token_budget=token_budget, progress=progress)
+        score_with_model(rm, prompts, model_settings, output=scores, progress=progress, notify=notify)
     result = distant_supervision(prompts, read_scores(scores), scope=scope, margin=margin)
     report = result.report()
     total = report["total"]

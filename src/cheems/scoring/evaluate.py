@@ -15,37 +15,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from cheems.formats import check_unique_ids, drop_repeated_rows, read_many, read_scores
-from cheems.metrics import benchmark_fingerprint, check_ties, evaluate, pair_scores, prompt_items
-from cheems.records import CheemsInputError, Prompt
+from cheems.benchmark import read_benchmark
+from cheems.formats import read_scores
+from cheems.metrics import benchmark_fingerprint, check_ties, evaluate_scores
+from cheems.records import CheemsInputError
 from cheems.scoring.baselines import BASELINES, check_seed
-from cheems.settings import setting
+from cheems.scoring.model_settings import ModelSettings
+from cheems.scoring.run import load_scorer, model_scores
 
 __all__ = ["Evaluation", "ModelSettings", "evaluate_benchmark", "load_scorer", "model_scores"]
 
 Progress = Callable[[int, int], None]
 Notify = Callable[[str], None]
-
-
-@dataclass
-class ModelSettings:
-    """How to load and run a reward model folder; the fields are the flags of ``cheems eval
-    --model`` and ``cheems score --model``. Values are checked where the model is loaded."""
-
-    backend: str = setting("transformers", help="How to run --model: transformers, or vllm (GPU)")
-    device: str = setting("cpu", help="cpu, cuda or cuda:N")
-    dtype: str = setting("auto", help="auto (bfloat16 on CUDA, float32 on CPU), bfloat16, float16, float32")
-    max_length: int = setting(2048, help="Longer conversations are truncated (and counted)")
-    truncation: str = setting("left", help="left keeps the end of the response, right keeps the start")
-    batch_size: int = setting(64, help="Most sequences in one forward batch (vLLM forms its own)")
-    token_budget: int | None = setting(None, default_text="1024 on CPU, 16384 on CUDA",
-                                       help="Most tokens in one forward batch (packed row, or padded)")
-    packing: bool = setting(True, help="Pack a batch's sequences into one row instead of padding them")
-    share_prefix: bool = setting(True, help="With packing: lay each prompt's common prefix down once "
-                                               "(vllm: its prefix caching)")
-    liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
-    trust_remote_code: bool = setting(False, help="Allow the checkpoint's own code")
-    check: bool = setting(False, help="First verify scores do not depend on batching")
 
 
 @dataclass
@@ -59,38 +40,6 @@ class Evaluation:
     truncation: str | None = None
     repeated_rows: int = 0  # rows that repeated an earlier row exactly, counted once
     items: list[dict] = field(default_factory=list)  # per prompt, its pairs' outcomes (cheems.metrics.prompt_items)
-
-
-def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Sequence[Prompt],
-                notify: Notify | None = None):
-    """A loaded reward model (transformers or vLLM, as ``settings.backend`` says); with
-    ``settings.check``, its scores are first checked not to depend on batching (an error
-    otherwise). ``notify`` receives the status lines ("loading ...", the check's result)."""
-    from cheems.scoring.transformers_rm import check_batch_invariance, load_reward_model
-
-    say = notify or (lambda line: None)
-    s = settings
-    say(f"loading {path} ...")
-    if s.backend == "vllm":
-        from cheems.scoring.vllm_backend import load_vllm_reward_model
-
-        rm = load_vllm_reward_model(str(path), max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
-                                    trust_remote_code=s.trust_remote_code, prefix_caching=s.share_prefix)
-    else:
-        rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
-                               truncation=s.truncation, trust_remote_code=s.trust_remote_code, packing=s.packing,
-                               share_prefix=s.share_prefix, liger_kernels=s.liger_kernels)
-    if s.check:
-        exact = s.backend == "transformers" and str(rm.model.dtype) == "torch.float32"
-        tolerance = 1e-3 if exact else 5e-2  # bf16/fp16 kernels round more
-        result = check_batch_invariance(rm, prompts, token_budget=s.token_budget, batch_size=s.batch_size,
-                                        tolerance=tolerance)
-        line = (f"batch invariance: {result['n']} responses alone vs in batches, max |diff| "
-                f"{result['max_abs_diff']:.2e} (relative above 1; tolerance {result['tolerance']:.0e})")
-        if not result["ok"]:
-            raise CheemsInputError(line + ": scores depend on batching; check padding side and position ids")
-        say(line + ": ok")
-    return rm
 
 
 def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.PathLike | None = None,
@@ -120,38 +69,31 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
         from cheems.models.checkpoints import check_model_folder
 
         check_model_folder(model)  # before reading the benchmark
-    res = read_many(bench, skip_invalid=skip_invalid, require_rank=True, fmt=fmt)
-    if not res.prompts:
-        raise CheemsInputError("no valid prompts to evaluate")
-    repeated = drop_repeated_rows(res)
-    check_unique_ids(res.prompts, res.locations())
+    res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, require_rank=True, fmt=fmt,
+                                   empty="no valid prompts to evaluate")
     evaluation = Evaluation({}, res.errors, repeated_rows=repeated)
-    score_map = None
-    if scores is not None:
-        try:
-            score_map = read_scores(scores)
-            report = evaluate(res.prompts, score_map, n_bootstrap=n_bootstrap, seed=seed, ties=ties)
-        except CheemsInputError as e:
-            raise e.located(file=str(scores)) from None
-        name = Path(scores).stem
-    elif judge is not None:
+    stats = dict(n_bootstrap=n_bootstrap, seed=seed, ties=ties)
+    if judge is not None:
         from cheems.scoring.bench_judge import judge_bench, judge_items
 
         report = judge_bench(res.prompts, judge, progress, n_bootstrap=n_bootstrap, generate=generate)
         evaluation.items = judge_items(res.prompts, report)
         name = judge.model
+    elif scores is not None:
+        try:
+            report, evaluation.items = evaluate_scores(res.prompts, read_scores(scores), **stats)
+        except CheemsInputError as e:
+            raise e.located(file=str(scores)) from None
+        name = Path(scores).stem
     elif model is not None:
         settings = model_settings or ModelSettings()
         score_map, evaluation.encoding = model_scores(model, settings, res.prompts, progress, notify)
         evaluation.truncation = settings.truncation
-        report = evaluate(res.prompts, score_map, n_bootstrap=n_bootstrap, seed=seed, ties=ties)
+        report, evaluation.items = evaluate_scores(res.prompts, score_map, **stats)
         name = Path(model).name
     else:
-        score_map = BASELINES[baseline](res.prompts, seed=seed)
-        report = evaluate(res.prompts, score_map, n_bootstrap=n_bootstrap, seed=seed, ties=ties)
+        report, evaluation.items = evaluate_scores(res.prompts, BASELINES[baseline](res.prompts, seed=seed), **stats)
         name = baseline
-    if score_map is not None:
-        evaluation.items = prompt_items(res.prompts, pair_scores(res.prompts, score_map))
     report["kind"] = "eval"
     report["scorer"] = "generative" if judge is not None else "discriminative"
     report["benchmark"] = benchmark_fingerprint(res.prompts)
@@ -159,16 +101,3 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
     report["ties"] = ties
     evaluation.report = report
     return evaluation
-
-
-def model_scores(model, settings: ModelSettings, prompts: list[Prompt], progress: Progress | None,
-                  notify: Notify | None) -> tuple[dict, object]:
-    """Every response's score by the reward model, and the model's encoding counts."""
-    from cheems.scoring.transformers_rm import score_prompts
-
-    rm = load_scorer(model, settings, prompts, notify)
-    score_map = {}
-    for batch in score_prompts(rm, prompts, token_budget=settings.token_budget, batch_size=settings.batch_size,
-                               progress=progress):
-        score_map.update(((pid, rid), v) for pid, rid, v in batch)
-    return score_map, rm.stats

@@ -1,17 +1,32 @@
-"""Score a benchmark with a reward model into a SCORES file that survives interruption."""
+"""Scoring rows with a reward model: the one home of what ``cheems score --model``, ``cheems
+eval --model``, ``cheems bon --model`` and ``cheems curate resolve --rm`` do.
+
+:func:`score_with_model` loads the model as :class:`~cheems.scoring.model_settings.ModelSettings`
+say (transformers or vLLM, optionally on Ray) and scores every response, either into a SCORES
+file that survives interruption (rows ``{prompt_id, response_id, score}`` appended batch by
+batch; a rerun resumes, and a rerun with another model or other settings is refused before the
+model loads) or into memory.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import orjson
 
 from cheems.io import ResumableJsonl
-from cheems.records import Prompt
+from cheems.records import CheemsInputError, Prompt
+from cheems.scoring.model_settings import ModelSettings
 
-__all__ = ["responses_fingerprint", "score_to_file", "scores_meta"]
+__all__ = ["ModelScoring", "load_scorer", "model_scores", "responses_fingerprint", "score_to_file",
+           "score_with_model", "scores_meta"]
+
+Progress = Callable[[int, int], None]
+Notify = Callable[[str], None]
 
 
 def responses_fingerprint(prompts: Sequence[Prompt]) -> str:
@@ -56,3 +71,118 @@ def score_to_file(rm, prompts: Sequence[Prompt], output: str | Path, *, meta: di
             scored += len(batch)
     total = sum(len(p.responses) for p in prompts)
     return {"scored": scored, "resumed": len(done), "total": total}
+
+
+def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Sequence[Prompt],
+                notify: Notify | None = None):
+    """A loaded reward model (transformers or vLLM, as ``settings.backend`` says); with
+    ``settings.check``, its scores are first checked not to depend on batching (an error
+    otherwise). ``notify`` receives the status lines ("loading ...", the check's result)."""
+    from cheems.scoring.transformers_rm import check_batch_invariance, load_reward_model
+
+    say = notify or (lambda line: None)
+    s = settings
+    say(f"loading {path} ...")
+    if s.backend == "vllm":
+        from cheems.scoring.vllm_backend import load_vllm_reward_model
+
+        rm = load_vllm_reward_model(str(path), max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
+                                    trust_remote_code=s.trust_remote_code, prefix_caching=s.share_prefix)
+    else:
+        rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
+                               truncation=s.truncation, trust_remote_code=s.trust_remote_code, packing=s.packing,
+                               share_prefix=s.share_prefix, liger_kernels=s.liger_kernels)
+    if s.check:
+        exact = s.backend == "transformers" and str(rm.model.dtype) == "torch.float32"
+        tolerance = 1e-3 if exact else 5e-2  # bf16/fp16 kernels round more
+        result = check_batch_invariance(rm, prompts, token_budget=s.token_budget, batch_size=s.batch_size,
+                                        tolerance=tolerance)
+        line = (f"batch invariance: {result['n']} responses alone vs in batches, max |diff| "
+                f"{result['max_abs_diff']:.2e} (relative above 1; tolerance {result['tolerance']:.0e})")
+        if not result["ok"]:
+            raise CheemsInputError(line + ": scores depend on batching; check padding side and position ids")
+        say(line + ": ok")
+    return rm
+
+
+@dataclass
+class ModelScoring:
+    """What :func:`score_with_model` did: the scores (in memory runs; None when they went to a
+    file), how many responses were scored now and found already in the file, the model's layout,
+    its encoding counts (:class:`cheems.models.sequences.EncodeStats`, None when unknown) and,
+    on Ray, the replicas that ran."""
+
+    scores: dict | None
+    scored: int
+    resumed: int
+    total: int
+    layout: str | None = None
+    encoding: object = None
+    replicas: int | None = None
+
+
+def score_with_model(model: str | os.PathLike, prompts: Sequence[Prompt], settings: ModelSettings | None = None, *,
+                     output: str | os.PathLike | None = None, overwrite: bool = False, ray: bool = False,
+                     replicas: int | None = None, progress: Progress | None = None,
+                     notify: Notify | None = None) -> ModelScoring:
+    """Score every response of ``prompts`` with the reward model folder ``model``.
+
+    With ``output``, rows ``{prompt_id, response_id, score}`` are appended to that SCORES file
+    batch by batch and a rerun resumes (:func:`score_to_file`; its ``.meta.json`` is checked
+    against these settings before the model loads, ``overwrite`` starts again); ``ray`` runs
+    the transformers back-end on a Ray cluster (:func:`cheems.scoring.ray_scoring.score_with_ray`,
+    ``replicas`` of it). Without ``output`` the scores are returned, keyed
+    ``(prompt_id, response_id)``. ``progress(done, total)`` follows the responses scored."""
+    s = settings or ModelSettings()
+    if ray and output is None:
+        raise CheemsInputError("scoring on Ray writes a scores file; give an output file")
+    if ray and s.backend != "transformers":
+        raise CheemsInputError("--ray runs the transformers backend; leave out --backend vllm")
+    layout = None
+    if s.backend == "transformers" or output is not None:
+        from cheems.models.checkpoints import detect_layout
+
+        layout = detect_layout(model)  # checks the folder before anything else loads
+    total = sum(len(p.responses) for p in prompts)
+    if output is None:
+        return _score_in_memory(model, prompts, s, layout, total, progress, notify)
+    meta = scores_meta(prompts, model, max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
+                       layout=layout, backend=s.backend)
+    ResumableJsonl.check(output, meta, overwrite=overwrite)  # before the model loads
+    if ray:
+        return _score_on_ray(model, prompts, s, output, meta, layout, replicas, overwrite, progress)
+    rm = load_scorer(model, s, prompts, notify)
+    summary = score_to_file(rm, prompts, output, meta=meta, token_budget=s.token_budget, batch_size=s.batch_size,
+                            overwrite=overwrite, progress=progress)
+    return ModelScoring(None, summary["scored"], summary["resumed"], total, rm.layout, rm.stats)
+
+
+def _score_in_memory(model, prompts, s: ModelSettings, layout, total: int, progress, notify) -> ModelScoring:
+    from cheems.scoring.transformers_rm import score_prompts
+
+    rm = load_scorer(model, s, prompts, notify)
+    scores = {}
+    for batch in score_prompts(rm, prompts, token_budget=s.token_budget, batch_size=s.batch_size,
+                               progress=progress):
+        scores.update(((pid, rid), v) for pid, rid, v in batch)
+    return ModelScoring(scores, len(scores), 0, total, getattr(rm, "layout", layout), rm.stats)
+
+
+def _score_on_ray(model, prompts, s: ModelSettings, output, meta, layout, replicas, overwrite,
+                  progress) -> ModelScoring:
+    from cheems.scoring.ray_scoring import score_with_ray
+
+    load_kwargs = dict(dtype=s.dtype, max_length=s.max_length, truncation=s.truncation,
+                       trust_remote_code=s.trust_remote_code, packing=s.packing, share_prefix=s.share_prefix,
+                       liger_kernels=s.liger_kernels)
+    summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs, token_budget=s.token_budget,
+                             batch_size=s.batch_size, replicas=replicas, overwrite=overwrite, progress=progress)
+    return ModelScoring(None, summary["scored"], summary["resumed"], sum(len(p.responses) for p in prompts),
+                        layout, summary.get("stats"), summary["replicas"])
+
+
+def model_scores(model, settings: ModelSettings, prompts: list[Prompt], progress: Progress | None,
+                 notify: Notify | None) -> tuple[dict, object]:
+    """Every response's score by the reward model, in memory, and the model's encoding counts."""
+    run = score_with_model(model, prompts, settings, progress=progress, notify=notify)
+    return run.scores, run.encoding

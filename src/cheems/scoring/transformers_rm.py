@@ -22,17 +22,19 @@ from cheems.models.checkpoints import (best_attention, detect_layout, load_class
                                        quiet_transformers, require_torch, resolve_dtype, value_head_source)
 from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, rewards_at,
                                    use_packed_attention)
-from cheems.models.sequences import (EncodeStats, default_token_budget, encode_conversation, encode_conversations,
-                                     pad_right, plan_batches, reward_at_last_token)
+from cheems.models.sequences import (ConversationEncoder, EncodeStats, default_token_budget, pad_right, plan_batches,
+                                     reward_at_last_token)
 from cheems.records import CheemsInputError, Prompt, PromptText, prompt_key
+from cheems.scoring.model_settings import ModelSettings
 
 __all__ = ["TransformersRewardModel", "check_batch_invariance", "conversation_key", "load_reward_model", "score_head",
            "score_items", "score_prompts"]
 
 
 @dataclass
-class TransformersRewardModel:
-    """A loaded reward model: tokenizer, network, layout, and how to batch it."""
+class TransformersRewardModel(ConversationEncoder):
+    """A loaded reward model: tokenizer, network, layout, and how to batch it. Encodes
+    conversations with `ConversationEncoder` (``encode``, ``encode_many``)."""
 
     tokenizer: object
     model: object
@@ -44,17 +46,6 @@ class TransformersRewardModel:
     v_head: object = None
     packing: bool = False  # one row per batch (the model then runs packed attention only)
     share_prefix: bool = True  # with packing: a prompt's common prefix laid down once
-
-    # ------------------------------------------------------------------ encoding
-    def encode(self, prompt: PromptText, response: str) -> list[int]:
-        """Token ids of the conversation (prompt turns + the response as the assistant turn)."""
-        return encode_conversation(self.tokenizer, prompt, response, max_length=self.max_length,
-                                   truncation=self.truncation, stats=self.stats)
-
-    def encode_many(self, items: Sequence[tuple[PromptText, str]]) -> list[list[int]]:
-        """`encode` of every (prompt, response), the tokenizer taking them in chunks."""
-        return encode_conversations(self.tokenizer, items, max_length=self.max_length, truncation=self.truncation,
-                                    stats=self.stats)
 
     # ------------------------------------------------------------------ forward
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
@@ -209,12 +200,9 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
     from transformers import AutoModel
 
     path = Path(path)
-    if truncation not in ("left", "right"):
-        raise CheemsInputError("truncation must be left or right", field="truncation")
-    if max_length < 1:
-        raise CheemsInputError(f"max length must be at least 1, got {max_length}", field="max_length")
-    if not (device == "cpu" or device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
-        raise CheemsInputError(f"device must be cpu, cuda or cuda:N, got {device!r}", field="device")
+    ModelSettings(device=device, dtype=dtype, max_length=max_length, truncation=truncation,
+                  trust_remote_code=trust_remote_code, packing=packing, share_prefix=share_prefix,
+                  liger_kernels=liger_kernels)  # checked as the flags are: one declaration, one check
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise CheemsInputError("--device cuda asked for, but no CUDA device is available", field="device")
     if liger_kernels and not device.startswith("cuda"):

@@ -1,10 +1,11 @@
 """vLLM offline backends (the ``[vllm]`` extra, GPU only).
 
 - :class:`VllmRewardModel`: a sequence-classification reward model served by vLLM's pooling
-  runner. Conversations are encoded exactly as the transformers scorer encodes them (same
-  chat template, BOS and truncation rules) and handed to vLLM as token ids, so both backends
-  score the same sequences. vLLM's classify task may pass the single logit through an
-  activation (sigmoid); it is monotonic, so Accuracy and Exact Match are unchanged. A prompt's
+  runner. Conversations are encoded by the code the transformers scorer uses
+  (:class:`cheems.models.sequences.ConversationEncoder`: same chat template, BOS and
+  truncation rules) and handed to vLLM as token ids, so both backends score the same
+  sequences. vLLM's classify task may pass the single logit through an activation
+  (sigmoid); it is monotonic, so Accuracy and Exact Match are unchanged. A prompt's
   responses go to vLLM together, one after the other, and vLLM's automatic prefix caching
   (on by default here) computes their shared prompt tokens once.
 - :class:`VllmChat`: a local judge model; ``generate(list of message lists) -> list of texts``,
@@ -16,8 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from cheems.models.sequences import ConversationEncoder, EncodeStats
 from cheems.records import CheemsInputError, PromptText
-from cheems.models.sequences import EncodeStats, encode_conversation, encode_conversations
+from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.transformers_rm import score_items
 
 __all__ = ["VllmChat", "VllmRewardModel", "load_vllm_chat", "load_vllm_reward_model"]
@@ -34,7 +36,10 @@ def _require_vllm():
 
 
 @dataclass
-class VllmRewardModel:
+class VllmRewardModel(ConversationEncoder):
+    """A sequence-classification reward model in vLLM's pooling runner, scoring the token ids
+    that `ConversationEncoder` makes, as the transformers back-end does."""
+
     llm: object
     tokenizer: object
     max_length: int = 2048
@@ -43,14 +48,6 @@ class VllmRewardModel:
     layout: str = "seq-cls"
     share_prefix: bool = True  # vLLM's prefix cache is on: keep a prompt's responses together
     packing = True  # batches are whole prompts (see `scored_batches`); vLLM lays out the sequences itself
-
-    def encode(self, prompt: PromptText, response: str) -> list[int]:
-        return encode_conversation(self.tokenizer, prompt, response, max_length=self.max_length,
-                                   truncation=self.truncation, stats=self.stats)
-
-    def encode_many(self, items: Sequence[tuple[PromptText, str]]) -> list[list[int]]:
-        return encode_conversations(self.tokenizer, items, max_length=self.max_length, truncation=self.truncation,
-                                    stats=self.stats)
 
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
         from vllm.inputs import TokensPrompt
@@ -83,6 +80,8 @@ def load_vllm_reward_model(path: str, *, max_length: int = 2048, truncation: str
     ``prefix_caching``, vLLM's automatic prefix caching computes a prompt's tokens once for
     all its responses (the classify task reads only the last token, so cached prefixes serve
     it)."""
+    ModelSettings(backend="vllm", dtype=dtype, max_length=max_length, truncation=truncation,
+                  trust_remote_code=trust_remote_code, share_prefix=prefix_caching)  # one declaration, one check
     vllm = _require_vllm()
     llm = vllm.LLM(model=str(path), runner="pooling", dtype=dtype, max_model_len=max_length,
                    tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,

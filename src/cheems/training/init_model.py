@@ -7,10 +7,14 @@ Needs the ``[models]`` extra (torch, transformers, tokenizers).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
-__all__ = ["CHAT_TEMPLATE", "SIZES", "SPECIAL_TOKENS", "init_model", "tiny_config", "train_tokenizer"]
+from cheems.records import CheemsInputError
+
+__all__ = ["CHAT_TEMPLATE", "SIZES", "SPECIAL_TOKENS", "init_model", "tiny_config", "tokenizer_texts",
+           "train_tokenizer"]
 
 # ChatML-style turns; the same shape Qwen-family chat models use.
 CHAT_TEMPLATE = (
@@ -24,6 +28,31 @@ SIZES = {
     "tiny": (64, 2, 4, 2, 128),
     "small": (256, 4, 8, 2, 704),
 }
+
+
+def tokenizer_texts(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """The texts to train a tokenizer on: each non-blank line of a ``.txt`` file, and every
+    prompt and response of any other cheems data file. No text at all is an error."""
+    from cheems.formats import read_prompts
+
+    texts: list[str] = []
+    for f in map(Path, paths):
+        if f.suffix == ".txt":
+            if not f.is_file():
+                raise CheemsInputError("no such file", file=str(f))
+            try:
+                lines = f.read_text(encoding="utf-8").splitlines()
+            except UnicodeDecodeError as e:
+                raise CheemsInputError(f"not valid UTF-8 (byte {e.start}); save the file as UTF-8",
+                                       file=str(f)) from None
+            texts.extend(line for line in lines if line.strip())
+        else:
+            for p in read_prompts(f).prompts:
+                texts.append(p.prompt_text)
+                texts.extend(r.content for r in p.responses)
+    if not texts:
+        raise CheemsInputError("no text to train the tokenizer on", field="--tokenizer-from")
+    return texts
 
 
 def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 3000, add_bos: bool = False,

@@ -1,0 +1,43 @@
+"""The settings of the annotation server, declared once: the flags of `cheems annotate serve`.
+
+:class:`WorkflowSettings` are the knobs of the protocol (agreement, review, hand-out);
+:class:`ServerSettings` where and how the web app listens. Both are checked when built
+(:func:`cheems.settings.check_settings`), whoever builds them. The standard library only: the
+CLI builds its flags from these classes without the ``[annotate]`` extra installed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cheems.settings import check_settings, setting
+
+__all__ = ["ServerSettings", "WorkflowSettings"]
+
+
+@dataclass(frozen=True)
+class WorkflowSettings:
+    """The knobs of the protocol."""
+
+    agreement_bar: float = setting(0.9, min=0, max=1, help="Pairs of annotators whose agreement over recent "
+                                   "shared tasks is below this align their disagreements")
+    agreement_window: int = setting(20, min=1, help="Their most recent shared tasks that count for agreement")
+    review_rate: float = setting(0.3, min=0, max=1, help="Share sampled at each review stage")
+    review_stages: int = setting(2, min=0, help="Cascading review stages")
+    claim_timeout_s: float = setting(1800.0, gt=0, help="Seconds before an abandoned task is handed to someone else")
+    seed: int = setting(0, min=0, help="Seed of shown orders and review samples")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Where the web app listens, and how it marks its cookie."""
+
+    host: str = setting("127.0.0.1", nonempty=True, help="Address to listen on")
+    port: int = setting(8000, min=0, lt=65536, help="Port to listen on")
+    secure_cookies: bool = setting(False, help="Mark the cookie Secure (HTTPS)")
+
+    def __post_init__(self) -> None:
+        check_settings(self)

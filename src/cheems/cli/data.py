@@ -1,0 +1,220 @@
+"""`cheems tasks`, `rank`, `validate`, `stats` and `example-data`: the commands over data files."""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from importlib import resources
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from cheems.cli.app import FORMAT_HELP, app
+from cheems.cli.console import err, out, print_skipped, reports_input_errors
+from cheems.records import CheemsInputError
+
+__all__ = ["error_kind", "example_data", "rank", "stats", "tasks", "validate"]
+
+# ----------------------------------------------------------------------------- tasks
+
+class Design(str, Enum):
+    circular = "circular"
+    cover = "cover"
+
+
+@app.command()
+@reports_input_errors
+def tasks(
+    file: Path = typer.Argument(..., help="Prompts with responses (any cheems format)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the tasks (JSONL)."),
+    design: Design = typer.Option(Design.circular, help="circular: the paper's adjacent triples; "
+                                  "cover: add triples until every pair is covered."),
+    seed: Optional[int] = typer.Option(None, help="Shuffle each prompt's responses with this seed "
+                                       "before forming tasks (default: keep file order)."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+):
+    """Write the triple-wise annotation tasks of every prompt (paper §3.2)."""
+    from cheems.formats import read_prompts
+    from cheems.io import write_jsonl
+    from cheems.graph import annotation_tasks
+    from cheems.io import check_outputs
+
+    check_outputs([output], [file])
+    res = read_prompts(file, skip_invalid=skip_invalid, fmt=fmt)
+    rows, coverage = annotation_tasks(res.prompts, design.value, seed=seed)
+    write_jsonl(output, rows)
+    print_skipped(res.errors)
+    full = sum(c == 1.0 for c in coverage)
+    mean = sum(coverage) / len(coverage) if coverage else 0.0
+    out.print(f"{len(rows)} tasks for {len(res.prompts)} prompts -> {output}")
+    out.print(f"pair coverage: mean {mean:.1%}, {full}/{len(coverage)} prompts fully covered")
+
+
+# ----------------------------------------------------------------------------- rank
+
+@app.command()
+@reports_input_errors
+def rank(
+    annotations: List[Path] = typer.Argument(..., help="Annotation files: rows with comparisons and/or triples."),
+    output: Path = typer.Option(..., "-o", "--output", help="Benchmark file to write (JSONL, rows with rank)."),
+    keep_comparisons: bool = typer.Option(False, help="Keep the input comparisons in the output rows."),
+    report: Optional[Path] = typer.Option(None, "--report", help="Also write the conflict report as JSON."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+):
+    """Resolve annotation conflicts into partial rankings (paper Algorithm 1)."""
+    from cheems.benchmark import rank_annotations
+
+    ranked = rank_annotations(annotations, output, report=report, keep_comparisons=keep_comparisons,
+                              skip_invalid=skip_invalid, fmt=fmt)
+    print_skipped(ranked.errors)
+    if not ranked.prompts:
+        raise CheemsInputError("no valid prompts to rank; nothing written")
+    _print_conflicts(ranked.report)
+    out.print(f"wrote {len(ranked.prompts)} ranked prompts -> {output}")
+
+
+def _print_conflicts(stats: dict) -> None:
+    table = Table(title="Conflict resolution")
+    for col in ("subset", "prompts", "comparisons", "conflicts", "conflict ratio", "merged cycles",
+                "prompts with cycles", "tie groups"):
+        table.add_column(col, justify="left" if col == "subset" else "right")
+    for name, s in stats.items():
+        table.add_row(name, str(s["prompts"]), str(s["comparisons"]), str(s["conflicts"]),
+                      f"{s['conflict_ratio']:.4f}", str(s["merged_cycles"]), str(s["prompts_with_cycles"]),
+                      str(s["tie_groups"]))
+    out.print(table)
+    uncompared = stats["total"]["uncompared_responses"]
+    if uncompared:
+        err.print(f"warning: {uncompared} response(s) appear in no comparison; they are ranked 0 (nothing is "
+                  "known to beat them), so check the annotations cover every response", style="yellow")
+
+
+# ----------------------------------------------------------------------------- validate / stats
+
+@app.command()
+@reports_input_errors
+def validate(files: List[Path] = typer.Argument(..., help="Files to check (any cheems format)."),
+             show_all: bool = typer.Option(False, "--all", help="Print every bad row, not the first few of each "
+                                           "kind of error."),
+             fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP)):
+    """Check files row by row; print counts and the errors grouped by kind. Exit 1 if any row is bad."""
+    from cheems.formats import read_prompts
+
+    bad = 0
+    for f in files:
+        res = read_prompts(f, skip_invalid=True, fmt=fmt)
+        ranked = sum(p.rank is not None for p in res.prompts)
+        compared = sum(bool(p.comparisons) for p in res.prompts)
+        n_resp = sum(len(p.responses) for p in res.prompts)
+        ids = [p.id for p in res.prompts]
+        dup = len(ids) - len(set(ids))
+        status = "ok" if not res.errors else f"{len(res.errors)} invalid row(s)"
+        out.print(f"{f}: {len(res.prompts)} valid row(s), {n_resp} responses, {ranked} ranked, "
+                  f"{compared} with comparisons; ", end="")
+        out.print(status, style="green" if not res.errors else "red")
+        if dup:
+            out.print(f"  note: {dup} row(s) repeat a prompt id seen earlier", style="yellow")
+        _print_errors(res.errors, show_all)
+        bad += len(res.errors)
+    if bad:
+        raise typer.Exit(1)
+
+
+ERRORS_SHOWN_PER_KIND = 3
+
+
+def error_kind(e: CheemsInputError) -> tuple[str, str]:
+    """What makes two row errors the same mistake: the field without its indices and the
+    message without the values it quotes."""
+    field = re.sub(r"\[\d+\]", "[]", e.field or "")
+    message = re.sub(r"'[^']*'|\"[^\"]*\"|\b\d+\b", "…", e.message)
+    return field, message
+
+
+def _print_errors(errors: list[CheemsInputError], show_all: bool) -> None:
+    """Every error with ``show_all``; else the errors grouped by kind, most frequent first,
+    each with its count and its first few rows."""
+    if show_all:
+        for e in errors:
+            out.print(f"  {e}", soft_wrap=True)
+        return
+    groups: dict[tuple[str, str], list[CheemsInputError]] = {}
+    for e in errors:
+        groups.setdefault(error_kind(e), []).append(e)
+    for kind_errors in sorted(groups.values(), key=len, reverse=True):
+        if len(kind_errors) > 1:
+            out.print(f"  {len(kind_errors)} row(s) with this error:", soft_wrap=True)
+        for e in kind_errors[:ERRORS_SHOWN_PER_KIND]:
+            out.print(f"  {e}", soft_wrap=True)
+        if len(kind_errors) > ERRORS_SHOWN_PER_KIND:
+            out.print(f"  ... and {len(kind_errors) - ERRORS_SHOWN_PER_KIND} more like these (--all prints them)")
+
+
+@app.command()
+@reports_input_errors
+def stats(
+    files: List[Path] = typer.Argument(..., help="Datasets (any cheems format)."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+):
+    """The paper's Table 1 statistics: prompts, responses, comparisons, average lengths."""
+    from cheems.formats import read_prompts
+    from cheems.metrics import dataset_stats
+
+    table = Table(title="Dataset statistics")
+    table.add_column("file", overflow="fold")
+    for col in ("prompts", "responses/prompt", "comparisons", "prompt chars", "chosen chars", "rejected chars"):
+        table.add_column(col, justify="right")
+    everything = []
+    for f in files:
+        res = read_prompts(f, skip_invalid=skip_invalid, fmt=fmt)
+        print_skipped(res.errors)
+        everything.extend(res.prompts)
+        _stats_row(table, str(f), dataset_stats(res.prompts))
+    if len(files) > 1:
+        _stats_row(table, "total", dataset_stats(everything))
+    out.print(table)
+
+
+def _stats_row(table: Table, name: str, s: dict) -> None:
+    table.add_row(name, f"{s['prompts']:,}", f"{s['responses_per_prompt']:.2f}", f"{s['comparisons']:,}",
+                  f"{s['prompt_chars']:.1f}", f"{s['chosen_chars']:.1f}", f"{s['rejected_chars']:.1f}")
+
+
+# ----------------------------------------------------------------------------- example data
+
+@app.command("example-data")
+def example_data(output: Path = typer.Option(Path("cheems-sample"), "-o", "--output",
+                                             help="Folder to copy the bundled sample data into.")):
+    """Copy the bundled Chinese sample annotations (subsets open and human) into a folder."""
+    _copy_example_data(output)
+
+
+@reports_input_errors
+def _copy_example_data(output: Path) -> None:
+    from cheems.io import atomic_open, check_output_folder
+
+    src = resources.files("cheems") / "data" / "sample" / "annotations"
+    dst = output / "annotations"
+    check_output_folder(dst)
+    items = {item.name: item.read_bytes() for item in src.iterdir() if item.name.endswith(".jsonl")}
+    for name, data in items.items():  # a file of the user's is never replaced by ours
+        if (dst / name).exists() and (dst / name).read_bytes() != data:
+            raise CheemsInputError("already exists and differs from the sample; choose another folder",
+                                   file=str(dst / name))
+    for name, data in sorted(items.items()):
+        with atomic_open(dst / name) as f:
+            f.write(data)
+    out.print(f"copied {', '.join(sorted(items))} -> {dst}")
+
+
+@app.command("sample", hidden=True)
+def sample_alias(output: Path = typer.Option(Path("cheems-sample"), "-o", "--output",
+                                             help="Folder to copy the bundled sample data into.")):
+    """The old name of `cheems example-data`."""
+    err.print("note: `cheems sample` is now `cheems example-data` (`cheems curate sample` samples responses)")
+    _copy_example_data(output)

@@ -1,0 +1,168 @@
+"""`cheems eval` and `cheems score`: a scorer on benchmark files, as a report or a SCORES file."""
+
+from __future__ import annotations
+
+import contextlib
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from cheems.cli.app import FORMAT_HELP, app
+from cheems.cli.console import err, judge_backend_for, out, print_skipped, progress, reports_input_errors
+from cheems.cli.eval_tables import print_eval, print_judge, report_encoding
+from cheems.cli.flags import build_settings, settings_flags
+from cheems.records import CheemsInputError
+from cheems.scoring.bench_judge import JudgeConfig
+from cheems.scoring.model_settings import ModelSettings
+
+__all__ = ["Baseline", "Ties", "eval_", "score"]
+
+JUDGE_FLAGS = ("model", "api_base", "api_key", "concurrency", "timeout", "max_retries", "cache_path")
+"""The JudgeConfig settings `eval --judge` takes as flags (the rest keep their defaults)."""
+
+
+class Baseline(str, Enum):
+    length = "length"
+    random = "random"
+
+
+class Ties(str, Enum):
+    official = "official"
+    strict = "strict"
+
+
+@app.command("eval")
+@reports_input_errors
+@settings_flags(JudgeConfig, into="judge_flags", only=JUDGE_FLAGS, when="--judge", plain=("model",),
+                names={"model": "--judge", "cache_path": "--cache"})
+@settings_flags(ModelSettings, into="model_flags", when="--model", plain=("backend", "trust_remote_code"))
+def eval_(
+    bench: List[Path] = typer.Argument(..., help="Benchmark files (rows with rank); a file's stem "
+                                       "names the subset of rows without a 'subset' field."),
+    scores: Optional[Path] = typer.Option(None, "--scores", help="SCORES file: rows {prompt_id, response_id, score}."),
+    scorer: Optional[Baseline] = typer.Option(None, "--scorer", help="A baseline scorer instead of a scores file."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Score with this reward model folder."),
+    judge_backend: str = typer.Option("api", help="With --judge: api (an endpoint at --api-base) or vllm "
+                                      "(--judge is a local model folder, run offline on the GPU)."),
+    one_order: bool = typer.Option(False, "--one-order", help="With --judge: one random order per pair "
+                                   "(seeded by --seed), as the official evaluator; default is both orders."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON."),
+    ties: Ties = typer.Option(Ties.official, help="official: a tied pair counts wrong for Accuracy but breaks "
+                              "Exact Match only when some pair is strictly reversed (the official evaluator); "
+                              "strict: a tie is wrong in both. Judges: a C verdict is wrong in both."),
+    seed: int = typer.Option(0, help="Seed of the random scorer and of the bootstrap."),
+    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CI (0 = none)."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+    model_flags: dict = None, judge_flags: dict = None,
+):
+    """Accuracy, Exact Match and Overall of a scorer on CheemsBench-style files (paper §3.3)."""
+    from cheems.io import check_outputs, sidecar
+    from cheems.scoring.evaluate import evaluate_benchmark
+
+    items_out = sidecar(json_out, "items") if json_out else None
+    check_outputs([json_out, items_out], [*bench, scores, judge_flags.get("cache_path")])
+    judge, generate = _judge_config(judge_flags, judge_backend, one_order, seed, model_flags)
+    settings = build_settings(ModelSettings, model_flags)
+    label = "judging" if judge is not None else "scoring" if model is not None else None
+    with (progress(label) if label else contextlib.nullcontext(None)) as bar:
+        result = evaluate_benchmark(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
+                                    model_settings=settings, judge=judge, generate=generate,
+                                    n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
+                                    notify=err.print, ties=ties.value, fmt=fmt)
+    _print_evaluation(result, json_out, items_out, judge is not None)
+
+
+def _judge_config(judge_flags: dict, judge_backend: str, one_order: bool, seed: int, model_flags: dict):
+    """(JudgeConfig, generate) of `eval --judge` ((None, None) without --judge)."""
+    if "model" not in judge_flags:
+        return None, None
+    api_base, generate = judge_backend_for(judge_backend, judge_flags["model"], judge_flags.get("api_base"),
+                                           model_flags.get("trust_remote_code", False))
+    given = {**judge_flags, "api_base": api_base, "both_orders": not one_order, "seed": seed}
+    return build_settings(JudgeConfig, given), generate
+
+
+def _print_evaluation(result, json_out: Path | None, items_out: Path | None, judged: bool) -> None:
+    from cheems.io import outputs_together, write_json, write_jsonl
+
+    if result.encoding is not None:
+        report_encoding(result.encoding, result.truncation)
+    if json_out:  # the report and its per-prompt items together, or neither
+        with outputs_together(json_out, items_out) as (report_tmp, items_tmp):
+            write_json(report_tmp, result.report)
+            write_jsonl(items_tmp, result.items)
+    print_skipped(result.errors)
+    if result.repeated_rows:
+        err.print(f"note: {result.repeated_rows} row(s) repeat an earlier row exactly (same prompt, responses "
+                  "and ranking); each is counted once")
+    print_eval(result.report["model"], result.report)
+    if judged:
+        print_judge(result.report)
+
+
+@app.command()
+@reports_input_errors
+@settings_flags(ModelSettings, into="model_flags")
+def score(
+    bench: List[Path] = typer.Argument(..., help="Files with prompts and responses."),
+    output: Path = typer.Option(..., "-o", "--output", help="SCORES file to write (JSONL)."),
+    model: Optional[Path] = typer.Option(None, "--model", help="Reward model folder (transformers checkpoint)."),
+    scorer: Optional[Baseline] = typer.Option(None, "--scorer", help="A baseline scorer instead of a model."),
+    ray: bool = typer.Option(False, "--ray", help="Score on a Ray cluster, one model replica per GPU "
+                             "(RAY_ADDRESS or a cluster started with `ray start`; else a local instance)."),
+    replicas: Optional[int] = typer.Option(None, help="With --ray: how many replicas (default: one per GPU)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Start again instead of resuming OUTPUT."),
+    seed: int = typer.Option(0, help="Seed of the random scorer."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+    model_flags: dict = None,
+):
+    """Score every response and write rows {prompt_id, response_id, score}.
+
+    With --model, rows are appended batch by batch: an interrupted run, started again with the
+    same command, resumes where it stopped.
+    """
+    from cheems.benchmark import read_benchmark
+    from cheems.io import check_outputs
+
+    if (model is None) == (scorer is None):
+        raise CheemsInputError("give exactly one of --model DIR or --scorer length|random")
+    check_outputs([output, output.with_name(output.name + ".meta.json")], bench)
+    settings = build_settings(ModelSettings, model_flags)
+    if model is not None and settings.backend == "transformers":
+        from cheems.models.checkpoints import detect_layout
+
+        detect_layout(model)  # checks the folder (weights, tokenizer, one label) before reading anything else
+    res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, fmt=fmt)
+    print_skipped(res.errors)
+    if repeated:
+        err.print(f"note: {repeated} row(s) repeat an earlier row exactly; each is scored once")
+    if scorer is not None:
+        return _score_with_baseline(res.prompts, scorer.value, seed, output)
+    _score_with_model(res.prompts, model, settings, output, ray, replicas, overwrite)
+
+
+def _score_with_baseline(prompts, scorer: str, seed: int, output: Path) -> None:
+    from cheems.formats import score_rows
+    from cheems.io import write_jsonl
+    from cheems.scoring.baselines import BASELINES
+
+    n = write_jsonl(output, score_rows(BASELINES[scorer](prompts, seed=seed)))
+    out.print(f"scored {n} responses of {len(prompts)} prompts with {scorer} -> {output}")
+
+
+def _score_with_model(prompts, model: Path, settings: ModelSettings, output: Path, ray: bool, replicas,
+                      overwrite: bool) -> None:
+    from cheems.scoring.run import score_with_model
+
+    with progress("scoring on Ray" if ray else "scoring") as bar:
+        run = score_with_model(model, prompts, settings, output=output, overwrite=overwrite, ray=ray,
+                               replicas=replicas, progress=bar, notify=err.print)
+    if run.encoding is not None:
+        report_encoding(run.encoding, settings.truncation)
+    resumed = f" ({run.resumed} already there)" if run.resumed else ""
+    where = f"on {run.replicas} Ray replica(s)" if ray else f"[{run.layout}]"
+    out.print(f"scored {run.scored} responses{resumed} of {len(prompts)} prompts with {model} {where} -> {output}")

@@ -1,0 +1,120 @@
+"""`cheems train`, `init-model` and `convert`: the commands that make reward-model checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from cheems.cli.app import app
+from cheems.cli.console import err, fmt, out, progress, reports_input_errors
+from cheems.cli.flags import build_settings, settings_flags
+from cheems.records import CheemsInputError
+from cheems.training.config import TrainConfig
+
+__all__ = ["convert", "init_model_cmd", "train"]
+
+
+@app.command()
+@reports_input_errors
+@settings_flags(TrainConfig, into="train_flags", short={"output": "-o"})
+def train(
+    config: Optional[Path] = typer.Option(None, "--config", help="YAML file whose keys are these flags' names; "
+                                          "flags given on the command line win."),
+    train_flags: dict = None,
+):
+    """Train a reward model on ranked or compared responses (Bradley-Terry over every ranked
+    pair, prompt-grouped batches, r^2 regulariser; paper §5)."""
+    from cheems.io import read_yaml_mapping
+    from cheems.training.trainer import train as run_training
+
+    section = read_yaml_mapping(config) if config is not None else None
+    cfg = build_settings(TrainConfig, train_flags, config=config, section=section, config_flag=True)
+    # under `accelerate launch` every process runs this command: the first one speaks
+    main_process = os.environ.get("RANK", "0") == "0"
+    with (progress("training") if main_process else contextlib.nullcontext(None)) as bar:
+        warn = (lambda line: err.print(line, style="yellow", soft_wrap=True)) if main_process else None
+        summary = run_training(cfg, progress=_training_progress(bar) if main_process else None, notify=warn)
+    if main_process:
+        _print_training(summary)
+
+
+def _print_training(summary: dict) -> None:
+    if summary.get("already_finished"):
+        out.print(f"the run in {summary['output']} already finished ({summary['steps']} steps); nothing to train")
+        return
+    out.print(f"trained {summary['steps']} steps over {summary['pairs']} pairs "
+              f"(pair coverage {summary['pair_coverage']:.1%}, padding {summary['padding_share']:.1%}, "
+              f"{summary['tokens_per_s']:.0f} tokens/s) -> {summary['output']}")
+    if summary.get("dropped_sequences") or summary.get("truncated_sequences"):
+        err.print(f"note: {summary.get('dropped_sequences', 0)} sequence(s) over max length dropped, "
+                  f"{summary.get('truncated_sequences', 0)} truncated")
+    if summary.get("eval"):
+        out.print(f"final eval: Overall {fmt(summary['eval']['overall'])}, accuracy "
+                  f"{fmt(summary['eval']['accuracy'])}, exact match {fmt(summary['eval']['exact_match'])}")
+
+
+def _training_progress(bar):
+    """The trainer's progress callback: the bar on a terminal; in a pipe or a CI log (where a
+    bar shows nothing), a plain line at each evaluation and at the end of each epoch."""
+    def report(step: int, total: int, stats: dict) -> None:
+        bar(step, total)
+        if out.is_terminal:
+            return
+        epoch_end = abs(stats["epoch"] - round(stats["epoch"])) < 1e-9
+        if not epoch_end and not stats.get("eval"):
+            return
+        line = (f"step {step}/{total}, epoch {stats['epoch']:.2f}: loss {stats['loss']:.4f}, "
+                f"accuracy {fmt(stats['accuracy'])}")
+        if stats.get("eval"):
+            line += f"; eval Overall {fmt(stats['eval']['overall'])}"
+        out.print(line)
+
+    return report
+
+
+@app.command("init-model")
+@reports_input_errors
+def init_model_cmd(
+    output: Path = typer.Option(..., "-o", "--output", help="Folder to write the model and tokenizer to."),
+    tokenizer_from: List[Path] = typer.Option(..., "--tokenizer-from", help="Texts to train the tokenizer on: "
+                                              ".txt files (one text per line) or any cheems data file."),
+    size: str = typer.Option("tiny", help="tiny (2 layers, 64 wide) or small (4 layers, 256 wide)."),
+    vocab_size: int = typer.Option(3000, help="Tokenizer vocabulary size."),
+    seed: int = typer.Option(0, help="Seed of the random weights."),
+):
+    """Build a small randomly initialised reward model and a tokenizer trained on your texts."""
+    from cheems.io import check_output_folder
+    from cheems.training.init_model import SIZES, init_model, tokenizer_texts
+
+    check_output_folder(output, tokenizer_from)
+    if size not in SIZES:
+        raise CheemsInputError(f"unknown size {size!r}; choose from {', '.join(SIZES)}", field="size")
+    texts = tokenizer_texts(tokenizer_from)
+    init_model(output, texts, size=size, seed=seed, vocab_size=vocab_size)
+    out.print(f"wrote a {size} reward model (random weights) and a tokenizer trained on {len(texts)} texts "
+              f"-> {output}")
+
+
+@app.command()
+@reports_input_errors
+def convert(
+    source: Path = typer.Argument(..., help="An official Cheems checkpoint: causal LM + v_head."),
+    output: Path = typer.Option(..., "-o", "--output", help="Folder for the *ForSequenceClassification checkpoint."),
+    dtype: Optional[str] = typer.Option(None, help="float32, bfloat16 or float16 (default: keep the source's)."),
+):
+    """Turn a causal LM + v_head checkpoint into a standard one-label sequence-classification
+    checkpoint that transformers, vLLM and `cheems score` load."""
+    import json
+
+    from cheems.models.convert import BIAS_CONFIG_KEY, convert_v_head_checkpoint
+
+    dst = convert_v_head_checkpoint(source, output, dtype=dtype)
+    bias = json.loads((dst / "config.json").read_text(encoding="utf-8")).get(BIAS_CONFIG_KEY)
+    if bias is not None:
+        err.print(f"note: the v_head bias {bias:+.6g} was dropped (the score head has none): every score "
+                  "shifts by the same constant, no comparison changes")
+    out.print(f"wrote a sequence-classification checkpoint -> {dst}")
