@@ -35,7 +35,7 @@ import pytest
 PREFERRED_VERSION = "15"
 FALLBACK_USER = "cheems-pg"
 DATABASE = "cheems"
-START_TIMEOUT_S = 60
+START_TIMEOUT_S = 600  # initdb and a server start take seconds; this only catches one that hangs
 
 
 class ClusterUnavailable(RuntimeError):

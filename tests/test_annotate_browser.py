@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser import CHROMIUM, require_browser
-from tests.conftest import CLI_TIMEOUT_S, REPO_ROOT, write_jsonl_rows
+from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT, CliRun, run_cli_in, write_jsonl_rows
 
 LAUNCH_ARGS = ["--no-sandbox", "--headless=new"]
 PASSWORDS = {"ann1": "pass-ann1-x", "ann2": "pass-ann2-y", "rev1": "pass-rev1-z", "boss": "pass-boss-w"}
@@ -78,12 +78,12 @@ SELECT_JS = """([id, target]) => {
 }"""
 
 
-def cli(*args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cheems.cli", *map(str, args)], input=stdin, capture_output=True,
-                          text=True, encoding="utf-8", timeout=CLI_TIMEOUT_S, cwd=REPO_ROOT)
+def cli(*args, stdin: str | None = None) -> CliRun:
+    """``cheems ARGS`` run in this process; only the server runs in a process of its own."""
+    return run_cli_in(REPO_ROOT, *args, input=stdin)
 
 
-def ok(r: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+def ok(r: CliRun) -> CliRun:
     assert r.returncode == 0, f"exit {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}"
     return r
 
@@ -94,7 +94,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until_up(base: str, proc: subprocess.Popen, log: Path, timeout: float = 30.0) -> None:
+def wait_until_up(base: str, proc: subprocess.Popen, log: Path, timeout: float = HANG_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import CLI_TIMEOUT_S, run_cli_in
+from tests.conftest import run_cli_in
 from tests.test_cli import assert_one_line_error
 
 
 def add_user(cwd, name: str, role: str, password: str = "pw", *extra: str):
-    return subprocess.run([sys.executable, "-m", "cheems.cli", "annotate", "add-user", name, "--role", role,
-                           "--password-stdin", *extra], cwd=cwd, input=password + "\n", capture_output=True,
-                          text=True, encoding="utf-8", timeout=CLI_TIMEOUT_S)
+    """``cheems annotate add-user NAME --password-stdin``, the password given on stdin."""
+    return run_cli_in(cwd, "annotate", "add-user", name, "--role", role, "--password-stdin", *extra,
+                      input=password + "\n")
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ each once, every task annotated by exactly ``--overlap`` people, and no 5xx was 
 
 This module also holds the load driver that `benchmarks/bench_annotate.py` scales up:
 ``prompt_rows`` (Chinese prompts of five responses, varied lengths), ``random_submission``
-(a valid answer from random scores), ``prepare_database`` (init and import through the CLI),
+(a valid answer from random scores), ``prepare_database`` (init and import through the CLI, run
+in this process: only the server needs a process of its own, to be killed),
 ``ServeProcess`` (the server subprocess), ``run_annotators`` (threads of annotators, recording
 every status and latency in a ``LoadLog``) and ``load_problems`` (the invariants, as messages).
 """
@@ -33,14 +34,14 @@ import httpx
 import pytest
 
 from tests import postgres_cluster
+from tests.conftest import HANG_TIMEOUT_S, run_cli_in
 from tests.postgres_cluster import create_database, free_port
 
 postgres_url = postgres_cluster.postgres_url  # the session fixture, found by pytest under this name
 PASSWORD = "正确的马-电池-订书钉"
 LETTERS = ("A", "B", "C")
 PAIR_KEYS = ("AB", "AC", "BC")
-CLI_TIMEOUT_S = 120
-READY_TIMEOUT_S = 30
+READY_TIMEOUT_S = HANG_TIMEOUT_S  # the server answers in seconds; this only catches one that never will
 
 # --------------------------------------------------------------------------------------------- prompts
 
@@ -122,10 +123,9 @@ def random_submission(rng: random.Random, contents: dict[str, str] | None = None
 # --------------------------------------------------------------------------------------------- the CLI
 
 
-def annotate_cli(*args: str | Path, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m cheems.cli annotate ARGS``; fail with its output when it exits non-zero."""
-    done = subprocess.run([sys.executable, "-m", "cheems.cli", "annotate", *map(str, args)], input=stdin,
-                          capture_output=True, text=True, encoding="utf-8", timeout=CLI_TIMEOUT_S)
+def annotate_cli(*args: str | Path, stdin: str | None = None):
+    """Run ``cheems annotate ARGS`` (in this process); fail with its output when it exits non-zero."""
+    done = run_cli_in(None, "annotate", *args, input=stdin)
     if done.returncode != 0:
         raise AssertionError(f"cheems annotate {' '.join(map(str, args))} exited {done.returncode}:\n"
                              f"{done.stdout}\n{done.stderr}")
@@ -393,19 +393,19 @@ def test_sigkill_mid_load_loses_no_accepted_submission(database_url: str, tmp_pa
     server = ServeProcess(database_url, tmp_path / "serve.log").start()
     try:
         threads = list(run_annotators(server.base_url, names, log, seed=1))
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + HANG_TIMEOUT_S
         while len(log.accepted) < 40 and time.monotonic() < deadline and any(t.is_alive() for t in threads):
             time.sleep(0.005)
         assert len(log.accepted) >= 40, f"too few submissions before the kill: {log.statuses}"
         server.kill()
         for thread in threads:
-            thread.join(timeout=30)
+            thread.join(timeout=HANG_TIMEOUT_S)
         accepted_before_kill = len(log.accepted)
         assert accepted_before_kill < n_prompts * 5 * overlap, "the load ended before the kill"
 
         server.start()  # the same database, a fresh process
         for thread in list(run_annotators(server.base_url, names, log, seed=2)):
-            thread.join(timeout=60)
+            thread.join(timeout=HANG_TIMEOUT_S)
     finally:
         server.stop()
     stored = stored_annotations(database_url, tmp_path)

@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from tests import postgres_cluster, test_annotate_kill
+from tests.conftest import HANG_TIMEOUT_S
 from tests.postgres_cluster import create_database, free_port
 from tests.test_annotate_kill import (LETTERS, PAIR_KEYS, PASSWORD, Annotator, LoadLog, annotate_cli, contents_of,
                                       load_problems, prepare_database, prompt_rows, run_annotators, stored_annotations,
@@ -194,7 +195,7 @@ def uvicorn_server(app) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + HANG_TIMEOUT_S
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.02)
@@ -234,8 +235,8 @@ def test_concurrent_annotators(database_url: str, tmp_path: Path):
     with uvicorn_server(create_app(url)) as base_url:
         threads = list(run_annotators(base_url, names, log, seed=11))
         for thread in threads:
-            thread.join(timeout=60)
-        assert not any(t.is_alive() for t in threads), "annotators still running after 60 s"
+            thread.join(timeout=HANG_TIMEOUT_S)
+        assert not any(t.is_alive() for t in threads), f"annotators still running after {HANG_TIMEOUT_S} s"
     stored = stored_annotations(url, tmp_path)
     problems = load_problems(log, stored, overlap, n_tasks=n_prompts * 5)
     assert not problems, "\n".join(problems[:20])

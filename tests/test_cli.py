@@ -1,10 +1,16 @@
-"""End-to-end: the ``cheems`` command line run in a subprocess, as a user would, on the sample."""
+"""End-to-end: the ``cheems`` command line as a user runs it, on the sample.
+
+The commands run in this process (``run_cli_in``: ``cheems.cli.main`` with its output captured);
+that the entry points start and run at all is checked in fresh processes below, and
+tests/test_cli_runner.py checks that both ways print the same."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 from cheems.formats import read_prompts
-from tests.conftest import run_cli_in, write_jsonl_rows
+from tests.conftest import HANG_TIMEOUT_S, run_cli_in, run_cli_process, write_jsonl_rows
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -54,11 +60,27 @@ def demo(tmp_path_factory, sample_annotations):
                            report=d / "rep.json")
 
 
-def test_python_m_cheems_cli_runs(run_cli):
-    r = run_cli("--help")
+def test_python_m_cheems_cli_runs(tmp_path):
+    r = run_cli_process(tmp_path, "--help")
     assert r.returncode == 0, r.stderr
     for command in ("tasks", "rank", "eval", "validate", "stats", "sample"):
         assert command in r.stdout
+
+
+def test_the_cheems_console_script_runs(tmp_path):
+    """The installed entry point ``cheems`` (pyproject's [project.scripts]), in a real process."""
+    script = Path(sys.executable).parent / "cheems"
+    if not script.is_file():
+        pytest.skip(f"no console script next to {sys.executable}: cheems is not installed in this environment")
+    done = subprocess.run([str(script), "stats", "bench.jsonl"], cwd=tmp_path, capture_output=True, text=True,
+                          encoding="utf-8", timeout=HANG_TIMEOUT_S)
+    assert done.returncode == 2, done.stderr  # the exit code of a bad input, through a real process
+    assert done.stderr.startswith("error: ") and "bench.jsonl: no such file" in done.stderr, done.stderr
+    write_jsonl_rows(tmp_path / "bench.jsonl", [good_row("一")])
+    done = subprocess.run([str(script), "stats", "bench.jsonl"], cwd=tmp_path, capture_output=True, text=True,
+                          encoding="utf-8", timeout=HANG_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    assert table_row(done.stdout, "bench.jsonl")[1] == "1"
 
 
 def test_sample_copies_the_bundled_annotations(demo, sample_annotations):

@@ -10,6 +10,7 @@ import pytest
 
 from cheems.cli import expand_multi_value_flags
 from tests.conftest import run_cli_in, write_jsonl_rows
+from tests.tiny_models import copy_checkpoint
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -69,11 +70,9 @@ def test_eval_prints_many_subsets_as_rows(tmp_path, sample_annotations):
     assert max(len(line) for line in r.stdout.splitlines()) <= 120
 
 
-def test_eval_model_takes_truncation_and_check(tmp_path, sample_annotations):
-    pytest.importorskip("transformers")
+def test_eval_model_takes_truncation_and_check(tmp_path, sample_annotations, cli_tiny_model):
     assert run_cli_in(tmp_path, "rank", sample_annotations / "open.jsonl", "-o", "bench.jsonl").returncode == 0
-    r = run_cli_in(tmp_path, "init-model", "-o", "tiny", "--tokenizer-from", "bench.jsonl", "--vocab-size", "400")
-    assert r.returncode == 0, r.stderr
+    copy_checkpoint(cli_tiny_model, tmp_path / "tiny")
     r = run_cli_in(tmp_path, "eval", "bench.jsonl", "--model", "tiny", "--check", "--truncation", "right",
                    "--max-length", "64", "--bootstrap", "0")
     assert r.returncode == 0, r.stderr

@@ -16,25 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
-    HIDDEN,
-    VHeadModel,
-    causal_lm_model,
-    copy_checkpoint,
-    seq_cls_model,
-    single_torch_thread,
-    tiny_models_root,
-    tiny_prompts,
-    tiny_texts,
-    torch,
-    v_head_file_model,
-    v_head_inline_model,
-)
+from tests.tiny_models import HIDDEN, VHeadModel, copy_checkpoint, require_models_extra
 
-from cheems.records import CheemsInputError
-from cheems.models.checkpoints import detect_layout
-from cheems.scoring.transformers_rm import load_reward_model
-from cheems.models.convert import BIAS_CONFIG_KEY, convert_v_head_checkpoint
+require_models_extra()
+import torch  # noqa: E402
+
+from cheems.records import CheemsInputError  # noqa: E402
+from cheems.models.checkpoints import detect_layout  # noqa: E402
+from cheems.scoring.transformers_rm import load_reward_model  # noqa: E402
+from cheems.models.convert import BIAS_CONFIG_KEY, convert_v_head_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 

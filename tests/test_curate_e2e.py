@@ -14,18 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import kill_when, run_cli_in
+from tests.conftest import HANG_TIMEOUT_S, kill_when, run_cli_in
 from tests.openai_server import Call, JudgeServer, Reply, quality
 from tests.test_trainer import ranked, write
-from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
-    ONE_THREAD_ENV,
-    seq_cls_model,
-    single_torch_thread,
-    tiny_models_root,
-    tiny_prompts,
-    tiny_texts,
-    torch,
-)
+from tests.tiny_models import ONE_THREAD_ENV, require_models_extra
+
+require_models_extra()
+import torch  # noqa: E402
 
 from cheems.formats import read_prompts  # noqa: E402
 from cheems.graph import resolve_conflicts  # noqa: E402
@@ -130,9 +125,7 @@ def test_pipeline_end_to_end_counts_add_up(tmp_path, sample_annotations, human_r
         config = _config(tmp_path, server)
 
         def cli(*args):
-            done = subprocess.run([sys.executable, "-m", "cheems.cli", *map(str, args)], cwd=tmp_path,
-                                  capture_output=True, text=True, encoding="utf-8", timeout=300,
-                                  env={**os.environ, **ONE_THREAD_ENV, "CHEEMS_CACHE_DIR": str(env_cache)})
+            done = run_cli_in(tmp_path, *args, env={"CHEEMS_CACHE_DIR": str(env_cache)})
             assert done.returncode == 0, (args, done.stdout, done.stderr[-3000:])
             return done
 
@@ -237,16 +230,16 @@ def test_judge_stage_killed_midway_resumes_without_repeating_requests(tmp_path):
                                     stderr=subprocess.PIPE, env={**os.environ, **ONE_THREAD_ENV})
 
         whole = judge(tmp_path / "whole.jsonl", tmp_path / "a.sqlite")
-        assert whole.wait(timeout=120) == 0
+        assert whole.wait(timeout=HANG_TIMEOUT_S) == 0
         needed = server.requests
         assert needed == 6 * 10
 
         start = server.requests
         victim = judge(tmp_path / "cut.jsonl", tmp_path / "b.sqlite")
-        kill_when(victim, lambda: server.requests - start >= needed // 2, timeout=60)
+        kill_when(victim, lambda: server.requests - start >= needed // 2)
         assert not (tmp_path / "cut.jsonl").exists()  # nothing half-written
         resumed = judge(tmp_path / "cut.jsonl", tmp_path / "b.sqlite")
-        assert resumed.wait(timeout=120) == 0
+        assert resumed.wait(timeout=HANG_TIMEOUT_S) == 0
         sent = server.requests - start
     # the request in flight at the kill may be asked again: its reply never reached the cache
     assert needed <= sent <= needed + 2

@@ -17,23 +17,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT
 from tests.test_trainer import config, ranked, write
-from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
-    seq_cls_model,
-    single_torch_thread,
-    tiny_models_root,
-    tiny_prompts,
-    tiny_texts,
-    torch,
-)
+from tests.tiny_models import require_models_extra
+
+require_models_extra()
+import torch  # noqa: E402
 
 from cheems.records import CheemsInputError  # noqa: E402
 from cheems.training.config import TrainConfig  # noqa: E402
 from cheems.training.trainer import train  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
-LAUNCH_TIMEOUT_S = 300
 SETTINGS = dict(epochs=1, learning_rate=1e-3, gradient_accumulation=2, warmup_ratio=0.0, seed=0)
 
 
@@ -85,7 +80,7 @@ def _launch(accelerate_config: Path, model: Path, data, out: Path) -> subprocess
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
                            "--num_processes", "2", "-m", "cheems.cli", "train", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=LAUNCH_TIMEOUT_S, cwd=out.parent)
+                          capture_output=True, text=True, env=env, timeout=HANG_TIMEOUT_S, cwd=out.parent)
 
 
 @pytest.mark.parametrize("kind", ["ddp", "zero2", "zero3"])

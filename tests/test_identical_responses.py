@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
+from tests.tiny_models import require_models_extra
+
+require_models_extra()
 
 from cheems.metrics import evaluate  # noqa: E402
 from cheems.records import Prompt, Response  # noqa: E402
 from cheems.scoring.transformers_rm import load_reward_model, score_prompts  # noqa: E402
-from tests.tiny_models import seq_cls_model, single_torch_thread, tiny_models_root, tiny_prompts, tiny_texts  # noqa: E402,F401
 
 
 def bench_with_twins(prompts: list[Prompt]) -> list[Prompt]:

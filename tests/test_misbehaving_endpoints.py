@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT
 from tests.openai_server import (Call, JudgeServer, Reply, by_model, completion, quality, responder,
                                  smart_judge)
 from tests.test_judge import N_PAIRS, assert_smart, small_bench
@@ -365,7 +365,7 @@ def test_two_sampling_processes_sharing_a_cache_ask_once_between_them(tmp_path):
             seen.add(call.headers.get("Authorization") or call.headers.get("authorization"))
             if len(seen) == 2:
                 both_asking.set()
-        both_asking.wait(30)
+        both_asking.wait(HANG_TIMEOUT_S)
         return responder(call)
 
     cache = tmp_path / "shared.sqlite"
@@ -374,7 +374,7 @@ def test_two_sampling_processes_sharing_a_cache_ask_once_between_them(tmp_path):
                                    str(tmp_path / f"out{i}.jsonl")],
                                   env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "RUN_KEY": f"run-{i}"},
                                   stdout=subprocess.PIPE, text=True) for i in (1, 2)]
-        reports = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+        reports = [json.loads(p.communicate(timeout=HANG_TIMEOUT_S)[0]) for p in procs]
         counts = request_counts(server)
     assert all(p.returncode == 0 for p in procs) and both_asking.is_set()
     assert len(counts) == 24 and max(counts.values()) == 1

@@ -18,6 +18,7 @@ from cheems.io import check_outputs, outputs_together, remove_stale_temps, same_
 from cheems.records import CheemsInputError
 from tests.conftest import run_cli_in
 from tests.test_cli import assert_one_line_error
+from tests.tiny_models import copy_checkpoint
 
 
 @pytest.fixture
@@ -134,11 +135,9 @@ def test_check_outputs_and_same_file(tmp_path):
 # ----------------------------------------------------------------------------- resumable outputs
 
 @pytest.fixture
-def tiny_model(tmp_path, work):
-    pytest.importorskip("transformers")
-    r = run_cli_in(work, "init-model", "-o", "tiny", "--tokenizer-from", "bench.jsonl", "--vocab-size", "400")
-    assert r.returncode == 0, r.stderr
-    return work / "tiny"
+def tiny_model(work, cli_tiny_model):
+    """The tiny model of `cheems init-model`, as ``tiny`` in the test's folder (a copy to change)."""
+    return copy_checkpoint(cli_tiny_model, work / "tiny")
 
 
 def test_rescoring_after_the_responses_changed_is_refused(work, tiny_model):

@@ -1,7 +1,7 @@
 """Every command that writes a file meets a bad output path with one line, exit 2 and nothing
 written: a folder, a path under a file, a pipe or device (renaming over it would replace it),
-and a kernel folder where even root cannot create files. Run in-process (typer's test runner)
-so that the sweep over every command stays quick."""
+and a kernel folder where even root cannot create files. Run in-process (tests/conftest.py
+``run_cli_in``) so that the sweep over every command stays quick."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ import stat
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from cheems.cli import app, expand_multi_value_flags
-from tests.conftest import run_cli_in
+from tests.conftest import CliRun, run_cli_in, run_cli_process
 
 # a command writing a file at {out}, from the inputs the `work` fixture holds
 FILE_OUTPUTS = [
@@ -49,13 +47,9 @@ BAD_FOLDER_PATHS = {
 }
 
 
-def invoke(cwd: Path, command: str):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(app, expand_multi_value_flags(command.split()), catch_exceptions=False)
-    finally:
-        os.chdir(old)
+def invoke(cwd: Path, command: str) -> CliRun:
+    """``cheems COMMAND`` (words split on spaces) in the folder ``cwd``, in this process."""
+    return run_cli_in(cwd, *command.split())
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +57,8 @@ def work(tmp_path_factory, sample_annotations) -> Path:
     folder = tmp_path_factory.mktemp("outputs")
     for name in ("open.jsonl", "human.jsonl"):
         shutil.copyfile(sample_annotations / name, folder / name)
-    assert invoke(folder, "rank open.jsonl human.jsonl -o bench.jsonl").exit_code == 0
-    assert invoke(folder, "score bench.jsonl --scorer length -o scores.jsonl").exit_code == 0
+    assert invoke(folder, "rank open.jsonl human.jsonl -o bench.jsonl").returncode == 0
+    assert invoke(folder, "score bench.jsonl --scorer length -o scores.jsonl").returncode == 0
     (folder / "a-folder").mkdir()
     os.mkfifo(folder / "a-pipe")
     if os.geteuid() == 0:
@@ -79,7 +73,7 @@ def snapshot(folder: Path) -> dict[str, object]:
 def assert_refused(work: Path, command: str, *parts: str) -> None:
     before = snapshot(work)
     r = invoke(work, command)
-    assert r.exit_code == 2, r.output
+    assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
     for p in parts:
@@ -107,10 +101,10 @@ def test_a_bad_output_folder_is_one_line_and_nothing_is_written(work, template, 
 def test_missing_folders_are_made_and_odd_file_names_written(tmp_path, sample_annotations):
     shutil.copyfile(sample_annotations / "open.jsonl", tmp_path / "open.jsonl")
     r = invoke(tmp_path, "rank open.jsonl -o new/deeper/ranked.jsonl")
-    assert r.exit_code == 0, r.output
+    assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "new/deeper/ranked.jsonl").stat().st_size > 0
     odd = os.fsdecode(b"r\xffnked.jsonl")  # a name that is not UTF-8: written, printed escaped
-    r = run_cli_in(tmp_path, "rank", "open.jsonl", "-o", odd)
+    r = run_cli_process(tmp_path, "rank", "open.jsonl", "-o", odd)  # through a real process's UTF-8 pipe
     assert r.returncode == 0, r.stderr
     assert "r\\udcffnked.jsonl" in r.stdout
     assert os.path.getsize(os.fsencode(tmp_path) + b"/r\xffnked.jsonl") > 0
@@ -121,9 +115,9 @@ def test_example_data_never_replaces_a_file_of_the_users(tmp_path):
     mine.parent.mkdir()
     mine.write_text("my own rows\n", encoding="utf-8")
     r = invoke(tmp_path, "example-data -o .")
-    assert r.exit_code == 2 and "already exists" in r.stderr, r.output
+    assert r.returncode == 2 and "already exists" in r.stderr, r.stdout + r.stderr
     assert mine.read_text(encoding="utf-8") == "my own rows\n"
     assert sorted(p.name for p in mine.parent.iterdir()) == ["open.jsonl"]
     mine.unlink()
-    assert invoke(tmp_path, "example-data -o .").exit_code == 0
-    assert invoke(tmp_path, "example-data -o .").exit_code == 0  # the same files again: fine
+    assert invoke(tmp_path, "example-data -o .").returncode == 0
+    assert invoke(tmp_path, "example-data -o .").returncode == 0  # the same files again: fine

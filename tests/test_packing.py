@@ -16,23 +16,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
-    causal_lm_model,
-    seq_cls_model,
-    single_torch_thread,
-    tiny_models_root,
-    tiny_prompts,
-    tiny_texts,
-    torch,
-    v_head_file_model,
-)
+from tests.tiny_models import require_models_extra
 
-from cheems.models.packing import common_prefix, pack_sequences, packed_attention, packed_cost, use_packed_attention
-from cheems.models.sequences import plan_batches
-from cheems.records import CheemsInputError
-from cheems.scoring.transformers_rm import load_reward_model, score_items
-from cheems.training.batching import batch_stats, greedy_prompt_batches, synthetic_preference_items
-from cheems.training.loss import bradley_terry_loss
+require_models_extra()
+import torch  # noqa: E402
+
+from cheems.models.packing import (common_prefix, pack_sequences, packed_attention, packed_cost,  # noqa: E402
+                                   use_packed_attention)
+from cheems.models.sequences import plan_batches  # noqa: E402
+from cheems.records import CheemsInputError  # noqa: E402
+from cheems.scoring.transformers_rm import load_reward_model, score_items  # noqa: E402
+from cheems.training.batching import batch_stats, greedy_prompt_batches, synthetic_preference_items  # noqa: E402
+from cheems.training.loss import bradley_terry_loss  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 

@@ -18,7 +18,6 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA device", allow_module_level=True)
 
 from tests.test_packing import _reward_model, dense_reference  # noqa: E402
-from tests.tiny_models import sample_prompts, sample_texts  # noqa: E402
 
 from cheems.models.packing import _torch_varlen, pack_sequences, packed_attention, use_packed_attention  # noqa: E402
 from cheems.scoring.transformers_rm import load_reward_model  # noqa: E402
@@ -77,11 +76,9 @@ def test_cuda_backends_equal_the_float64_reference(backend, heads, dim, seed):
 
 
 @pytest.fixture(scope="module")
-def bf16_model(tmp_path_factory):
-    from tests.tiny_models import build_seq_cls
-
-    prompts = sample_prompts()
-    return build_seq_cls(tmp_path_factory.mktemp("cuda") / "seq-cls", sample_texts(prompts)), prompts
+def bf16_model(seq_cls_model, tiny_prompts):
+    """The session's tiny seq-cls checkpoint (each test loads it in bfloat16) and the sample's prompts."""
+    return seq_cls_model, tiny_prompts
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

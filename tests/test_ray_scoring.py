@@ -26,12 +26,9 @@ def prompts(sample_annotations: Path) -> list:
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, prompts) -> Path:
-    pytest.importorskip("transformers")
-    from cheems.training.init_model import init_model
-
-    texts = [p.prompt_text for p in prompts] + [r.content for p in prompts for r in p.responses]
-    return init_model(tmp_path_factory.mktemp("ray") / "model", texts, size="tiny", vocab_size=800)
+def tiny_model(seq_cls_model) -> Path:
+    """The session's tiny reward model, trained on the sample's texts (tests/tiny_models.py)."""
+    return seq_cls_model
 
 
 @pytest.fixture(scope="module")

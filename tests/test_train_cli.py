@@ -3,30 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-pytest.importorskip("torch")
+from tests.conftest import run_cli_in
+from tests.tiny_models import copy_checkpoint
 
-from tests.conftest import REPO_ROOT  # noqa: E402
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 
 def _cli(cwd, *args):
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, "-m", "cheems.cli", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, encoding="utf-8", timeout=240, env=env)
+    """``cheems ARGS`` in the folder ``cwd``, run in this process."""
+    return run_cli_in(cwd, *args)
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
+def workdir(tmp_path_factory, sample_annotations, cli_tiny_model):
     d = tmp_path_factory.mktemp("train_cli")
-    sample = REPO_ROOT / "src/cheems/data/sample/annotations"
-    assert _cli(d, "rank", sample / "open.jsonl", "-o", "bench.jsonl").returncode == 0
-    r = _cli(d, "init-model", "-o", "tiny", "--tokenizer-from", "bench.jsonl", "--vocab-size", "800")
-    assert r.returncode == 0, r.stderr
+    assert _cli(d, "rank", sample_annotations / "open.jsonl", "-o", "bench.jsonl").returncode == 0
+    copy_checkpoint(cli_tiny_model, d / "tiny")
     return d
 
 

@@ -13,14 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
-    seq_cls_model,
-    single_torch_thread,
-    tiny_models_root,
-    tiny_prompts,
-    tiny_texts,
-    torch,
-)
+from tests.tiny_models import require_models_extra
+
+require_models_extra()
+import torch  # noqa: E402
 
 from cheems.graph import resolve_conflicts  # noqa: E402
 from cheems.metrics import evaluate  # noqa: E402

@@ -10,9 +10,9 @@ the v-head layout. All in float32 on CPU.
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
+import os
 import subprocess
 import sys
 import dataclasses
@@ -24,37 +24,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
-    ONE_THREAD_ENV,
-    VHeadModel,
-    bos_template_model,
-    causal_lm_model,
-    no_template_model,
-    sample_annotation_files,
-    seq_cls_model,
-    single_torch_thread,
-    three_label_model,
-    tiny_models_root,
-    tiny_prompts,
-    tiny_texts,
-    torch,
-    v_head_file_model,
-    v_head_inline_model,
-)
+from tests.conftest import HANG_TIMEOUT_S, run_cli_in
+from tests.tiny_models import ONE_THREAD_ENV, VHeadModel, require_models_extra, sample_annotation_files
 
-from cheems.formats import read_prompts, read_scores
-from cheems.records import CheemsInputError
-from cheems.scoring.run import score_to_file
-from cheems.models.checkpoints import detect_layout
-from cheems.models.sequences import plan_batches
-from cheems.scoring.transformers_rm import check_batch_invariance, load_reward_model, TransformersRewardModel
+require_models_extra()
+import torch  # noqa: E402
+
+from cheems.formats import read_prompts, read_scores  # noqa: E402
+from cheems.records import CheemsInputError  # noqa: E402
+from cheems.scoring.run import score_to_file  # noqa: E402
+from cheems.models.checkpoints import detect_layout  # noqa: E402
+from cheems.models.sequences import plan_batches  # noqa: E402
+from cheems.scoring.transformers_rm import (check_batch_invariance, load_reward_model,  # noqa: E402
+                                            TransformersRewardModel)
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 ATOL_REFERENCE = 1e-5  # library vs plain transformers, fp32
 ATOL_BATCHING = 1e-4  # one at a time vs inside padded batches, fp32
 CLI_MAX_LENGTH = 120  # short end-to-end runs on a 2-core CPU; truncates ~90% of the sample
-CLI_MODEL_TIMEOUT_S = 180
 
 
 # ----------------------------------------------------------------------------- plain references
@@ -381,7 +369,7 @@ def test_truncation_counts_and_keeps_the_right_end(seq_cls_model, tiny_prompts):
 
 
 def test_bad_truncation_side_is_refused(seq_cls_model):
-    with pytest.raises(CheemsInputError, match="truncation must be left or right"):
+    with pytest.raises(CheemsInputError, match=r"truncation: unknown truncation side\(s\) .middle.; known: left, right"):
         load_reward_model(seq_cls_model, truncation="middle")
 
 
@@ -559,10 +547,9 @@ def test_resume_with_other_settings_is_refused_until_overwrite(seq_rm, seq_cls_m
 
 # ----------------------------------------------------------------------------- 8. the command line
 
-def cheems(cwd: Path, *args, timeout: int = CLI_MODEL_TIMEOUT_S):
-    """``python -m cheems.cli ARGS`` in a fresh process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "cheems.cli", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, encoding="utf-8", timeout=timeout, env={**os.environ, **ONE_THREAD_ENV})
+def cheems(cwd: Path, *args):
+    """``cheems ARGS`` in folder ``cwd``, run in this process (tests/conftest.py ``run_cli_in``)."""
+    return run_cli_in(cwd, *args)
 
 
 def assert_one_error_line(r, *parts: str) -> None:
@@ -581,7 +568,7 @@ def assert_one_error_line(r, *parts: str) -> None:
 @pytest.fixture(scope="module")
 def cli_bench(tmp_path_factory) -> SimpleNamespace:
     d = tmp_path_factory.mktemp("cli")
-    r = cheems(d, "rank", *sample_annotation_files(), "-o", "bench.jsonl", timeout=60)
+    r = cheems(d, "rank", *sample_annotation_files(), "-o", "bench.jsonl")
     assert r.returncode == 0, r.stderr
     prompts = read_prompts(d / "bench.jsonl").prompts
     return SimpleNamespace(dir=d, bench=d / "bench.jsonl", prompts=prompts,
@@ -640,7 +627,7 @@ def test_cli_eval_with_scores_file_equals_eval_with_model(cli_bench, cli_scored)
     scores again in right-padded batches (--no-packing): the same numbers."""
     assert cli_scored.run.returncode == 0, cli_scored.run.stderr
     d = cli_bench.dir
-    a = cheems(d, "eval", "bench.jsonl", "--scores", cli_scored.scores, "--json", "a.json", timeout=60)
+    a = cheems(d, "eval", "bench.jsonl", "--scores", cli_scored.scores, "--json", "a.json")
     assert a.returncode == 0, a.stderr
     b = cheems(d, "eval", "bench.jsonl", "--model", cli_scored.model.dir, "--max-length", CLI_MAX_LENGTH,
                "--json", "b.json", "--no-packing")
@@ -656,34 +643,31 @@ def test_cli_eval_with_scores_file_equals_eval_with_model(cli_bench, cli_scored)
 
 @pytest.fixture(scope="module")
 def cli_refusals(cli_bench, seq_cls_model, three_label_model, tmp_path_factory) -> dict:
-    """Four `cheems score` runs that must be refused, started together (each mostly imports torch)."""
+    """Four `cheems score` runs that must be refused. The one asking for CUDA runs in a fresh process
+    with every GPU hidden (CUDA_VISIBLE_DEVICES is read once, when a process first touches CUDA), so
+    the case means the same on every machine; the other three run in this process meanwhile."""
     d = tmp_path_factory.mktemp("refusals")
     folder = d / "not-a-model"
     folder.mkdir()
     (folder / "README.md").write_text("权重还没上传\n", encoding="utf-8")
-    runs = {
-        "no-config": ["--model", folder],
-        "three-labels": ["--model", three_label_model],
-        # hide any GPU so the case means the same on every machine
-        "cuda": ["--model", seq_cls_model, "--device", "cuda"],
-        "liger": ["--model", seq_cls_model, "--liger-kernels"],
-    }
-    procs = {}
-    for name, args in runs.items():
-        out = d / f"{name}.jsonl"
-        cmd = [sys.executable, "-m", "cheems.cli", "score", "bench.jsonl", "-o", out, *args]
-        env = {**os.environ, **ONE_THREAD_ENV, "CUDA_VISIBLE_DEVICES": ""}
-        procs[name] = (out, subprocess.Popen([str(c) for c in cmd], cwd=cli_bench.dir, stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env))
+    cuda_out = d / "cuda.jsonl"
+    cuda = subprocess.Popen([sys.executable, "-m", "cheems.cli", "score", "bench.jsonl", "-o", str(cuda_out),
+                             "--model", str(seq_cls_model), "--device", "cuda"], cwd=cli_bench.dir,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8",
+                            env={**os.environ, **ONE_THREAD_ENV, "CUDA_VISIBLE_DEVICES": ""})
     results = {}
-    for name, (out, proc) in procs.items():
-        try:
-            stdout, stderr = proc.communicate(timeout=CLI_MODEL_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        results[name] = SimpleNamespace(run=subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr),
-                                        out=out)
+    try:
+        for name, args in {"no-config": ["--model", folder], "three-labels": ["--model", three_label_model],
+                           "liger": ["--model", seq_cls_model, "--liger-kernels"]}.items():
+            out = d / f"{name}.jsonl"
+            results[name] = SimpleNamespace(run=cheems(cli_bench.dir, "score", "bench.jsonl", "-o", out, *args),
+                                            out=out)
+        stdout, stderr = cuda.communicate(timeout=HANG_TIMEOUT_S)
+    finally:
+        cuda.kill()  # a no-op once it has ended; a hung run must not outlive the tests
+        cuda.wait()
+    results["cuda"] = SimpleNamespace(run=subprocess.CompletedProcess(cuda.args, cuda.returncode, stdout, stderr),
+                                      out=cuda_out)
     return results
 
 

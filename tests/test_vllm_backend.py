@@ -18,18 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.tiny_models import (  # noqa: F401  (fixtures are used by name)
-    seq_cls_model,
-    single_torch_thread,
-    tiny_models_root,
-    tiny_prompts,
-    tiny_texts,
-    torch,
-)
+from tests.tiny_models import require_models_extra
 
-from cheems.scoring.evaluate import ModelSettings, load_scorer
-from cheems.scoring.transformers_rm import conversation_key, load_reward_model, score_prompts
-from cheems.scoring.vllm_backend import load_vllm_reward_model
+require_models_extra()
+import torch  # noqa: E402
+
+from cheems.scoring.evaluate import ModelSettings, load_scorer  # noqa: E402
+from cheems.scoring.transformers_rm import conversation_key, load_reward_model, score_prompts  # noqa: E402
+from cheems.scoring.vllm_backend import load_vllm_reward_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 

@@ -5,7 +5,11 @@ Every folder here is an ordinary Hugging Face checkpoint that the code under tes
 ``init_model(size="tiny")`` (hidden 64, 2 layers) with a byte-level BPE tokenizer of about
 800 tokens trained on the bundled Chinese sample, so building all of them takes seconds.
 
-Import the fixtures you need into a test module (``from tests.tiny_models import seq_cls_model``).
+tests/conftest.py registers this module's fixtures for every test (``pytest_plugins``): a test
+names the fixture it needs (``seq_cls_model``) and imports nothing. Without the models extra
+each fixture skips the test that asked for it, saying what to install; the plain helpers
+(``sample_prompts``, ``build_seq_cls``, ...) import without torch and need it only when called.
+A test module that needs torch at import calls ``require_models_extra()`` first.
 """
 
 from __future__ import annotations
@@ -17,16 +21,20 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the tiny models need the models extra (torch)")
-pytest.importorskip("transformers", reason="the tiny models need the models extra (transformers)")
-pytest.importorskip("safetensors", reason="the tiny models need the models extra (safetensors)")
-
-from cheems.formats import read_prompts  # noqa: E402
-from cheems.records import Prompt  # noqa: E402
-from cheems.training.init_model import CHAT_TEMPLATE, SIZES, init_model, tiny_config  # noqa: E402
+from cheems.formats import read_prompts
+from cheems.records import Prompt
+from cheems.training.init_model import CHAT_TEMPLATE, SIZES, init_model, tiny_config
 
 VOCAB_SIZE = 800
 HIDDEN = SIZES["tiny"][0]  # 64
+MODELS_EXTRA = ("torch", "transformers", "safetensors")
+
+
+def require_models_extra() -> None:
+    """Skip the calling test, fixture or module when a package of the models extra is missing."""
+    for name in MODELS_EXTRA:
+        pytest.importorskip(name, reason=f"the tiny models need the models extra ({name}): "
+                                         "pip install 'cheems[models]'")
 
 
 # ----------------------------------------------------------------------------- sample text
@@ -68,6 +76,8 @@ def build_causal_lm(path: Path, texts: list[str], *, seed: int = 0) -> Path:
 
 def random_v_head(seed: int) -> tuple["torch.Tensor", "torch.Tensor"]:
     """Weight (1, hidden) and bias (1,) of a linear value head, large enough to spread scores."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     return torch.randn(1, HIDDEN, generator=g), torch.randn(1, generator=g)
 
@@ -96,6 +106,7 @@ def add_v_head_to_model_file(model_dir: Path, weight, bias) -> Path:
 
 
 def copy_checkpoint(src: Path, dst: Path) -> Path:
+    """A copy of the checkpoint folder ``src`` at ``dst``, to change without touching ``src``."""
     shutil.copytree(src, dst)
     return dst
 
@@ -114,6 +125,7 @@ def set_chat_template(model_dir: Path, template: str | None) -> None:
 
 def build_classifier(path: Path, tokenizer_dir: Path, num_labels: int) -> Path:
     """A tiny Qwen2ForSequenceClassification with ``num_labels`` labels (not a reward model if > 1)."""
+    import torch
     from transformers import AutoTokenizer, Qwen2ForSequenceClassification
 
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
@@ -145,6 +157,9 @@ ONE_THREAD_ENV = {"OMP_NUM_THREADS": "1"}  # for subprocesses (the CLI) running 
 @pytest.fixture(scope="module")
 def single_torch_thread():
     """torch on one intra-op thread for a module's tests, restored afterwards."""
+    require_models_extra()
+    import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -168,12 +183,14 @@ def tiny_models_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def seq_cls_model(tiny_models_root, tiny_texts) -> Path:
+    require_models_extra()
     return build_seq_cls(tiny_models_root / "seq-cls", tiny_texts)
 
 
 @pytest.fixture(scope="session")
 def causal_lm_model(tiny_models_root, tiny_texts) -> Path:
     """The bare causal LM (no head); copy it before adding one."""
+    require_models_extra()
     return build_causal_lm(tiny_models_root / "causal-lm", tiny_texts, seed=1)
 
 
@@ -196,6 +213,7 @@ def v_head_inline_model(tiny_models_root, causal_lm_model) -> VHeadModel:
 @pytest.fixture(scope="session")
 def bos_template_model(tiny_models_root, tiny_texts) -> Path:
     """Tokenizer adds ``<s>`` itself AND the chat template starts with ``{{ bos_token }}``."""
+    require_models_extra()
     d = build_seq_cls(tiny_models_root / "bos-template", tiny_texts, add_bos=True)
     set_chat_template(d, "{{ bos_token }}" + CHAT_TEMPLATE)
     return d
@@ -211,3 +229,20 @@ def no_template_model(tiny_models_root, seq_cls_model) -> Path:
 @pytest.fixture(scope="session")
 def three_label_model(tiny_models_root, seq_cls_model) -> Path:
     return build_classifier(tiny_models_root / "three-labels", seq_cls_model, num_labels=3)
+
+
+@pytest.fixture(scope="session")
+def cli_tiny_model(tmp_path_factory, sample_annotations) -> Path:
+    """What ``cheems init-model -o tiny --tokenizer-from bench.jsonl --vocab-size 400`` writes, where
+    bench.jsonl is the sample's open.jsonl ranked by ``cheems rank``: built once per session through
+    the command line, for the tests that score, evaluate or train with the model a user would make.
+    Copy it into the test's own folder (``copy_checkpoint``) and change only the copy."""
+    require_models_extra()
+    from tests.conftest import run_cli_in
+
+    folder = tmp_path_factory.mktemp("cli_tiny_model")
+    ranked = run_cli_in(folder, "rank", sample_annotations / "open.jsonl", "-o", "bench.jsonl")
+    assert ranked.returncode == 0, ranked.stderr
+    built = run_cli_in(folder, "init-model", "-o", "tiny", "--tokenizer-from", "bench.jsonl", "--vocab-size", "400")
+    assert built.returncode == 0, built.stderr
+    return folder / "tiny"
