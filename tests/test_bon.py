@@ -83,6 +83,14 @@ def test_bon_from_the_command_line_with_the_human_ranking_as_gold(tmp_path, samp
     assert np.isclose(curve[5]["expected_gold"], want)
     bad = run_cli_in(tmp_path, "bon", "bench.jsonl", "--scores", "length.jsonl", "--gold", "gold.jsonl", "-n", "0")
     assert bad.returncode == 2 and "-n" in bad.stderr and "Traceback" not in bad.stderr
+    named = run_cli_in(tmp_path, "bon", "bench.jsonl", "--scores", "length.jsonl", "--gold", "gold.jsonl", "-n", "1,2",
+                       "--name", "长度基线", "--json", "named.json")
+    assert named.returncode == 0, named.stderr
+    assert json.loads((tmp_path / "named.json").read_text(encoding="utf-8"))["model"] == "长度基线"
+    assert "Best-of-n: 长度基线" in named.stdout
+    empty = run_cli_in(tmp_path, "bon", "bench.jsonl", "--scores", "length.jsonl", "--gold", "gold.jsonl",
+                       "--name", " ")
+    assert empty.returncode == 2 and "--name" in empty.stderr
 
 
 def test_the_best_of_n_pick_judged_against_a_baseline_in_both_orders(tmp_path):

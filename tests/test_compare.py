@@ -112,3 +112,55 @@ def test_eval_compare_and_correlate_from_the_command_line(tmp_path, sample_annot
                                                     "other": {"win": 0.5}}), encoding="utf-8")
     r = run_cli_in(tmp_path, "correlate", "length.json", "random.json", "--downstream", "down.json")
     assert r.returncode == 2 and "at least 3" in r.stderr
+
+
+def test_the_sign_is_b_minus_a_in_the_table_the_json_and_the_report(tmp_path, sample_annotations):
+    """length (A) against an oracle that scores every response by the human ranking (B): B is better, so
+    B - A is positive in the CLI table and the JSON, and on the page the oracle's row is positive and the
+    length baseline's row negative."""
+    from tests.test_report_page import matrix_of, parse_page
+
+    assert run_cli_in(tmp_path, "rank", sample_annotations / "open.jsonl", "-o", "bench.jsonl").returncode == 0
+    rows = [json.loads(x) for x in (tmp_path / "bench.jsonl").read_text(encoding="utf-8").splitlines()]
+    (tmp_path / "oracle.jsonl").write_text("".join(json.dumps({"prompt_id": r["id"], "response_id": rid,
+                                                               "score": -level}) + "\n"
+                                                   for r in rows for rid, level in r["rank"].items()),
+                                           encoding="utf-8")
+    for args in (("--scorer", "length", "--json", "length.json"),
+                 ("--scores", "oracle.jsonl", "--json", "oracle.json")):
+        done = run_cli_in(tmp_path, "eval", "bench.jsonl", *args)
+        assert done.returncode == 0, done.stderr
+    done = run_cli_in(tmp_path, "compare", "length.json", "oracle.json", "--bootstrap", "999", "--json", "cmp.json")
+    assert done.returncode == 0, done.stderr
+    assert "A = length vs B = oracle: difference B − A" in done.stdout and "< 0.0010" in done.stdout
+    assert "0.0000" not in done.stdout.split("McNemar")[0]
+    cmp = json.loads((tmp_path / "cmp.json").read_text(encoding="utf-8"))
+    assert cmp["a"] == "length" and cmp["b"] == "oracle" and cmp["difference"] == "b - a"
+    difference = cmp["overall"]["difference"]
+    assert difference == pytest.approx(cmp["overall"]["b"] - cmp["overall"]["a"]) and difference > 0.2
+    assert cmp["overall"]["p_value"] == 0.0
+
+    done = run_cli_in(tmp_path, "report", "cmp.json", "-o", "report.html", "--lang", "en")
+    assert done.returncode == 0, done.stderr
+    page = parse_page((tmp_path / "report.html").read_text(encoding="utf-8"))
+    cells = matrix_of(page)
+    assert cells["oracle", "length"] == f"{difference:.4f} (p < 0.0010)"
+    assert cells["length", "oracle"] == f"{-difference:.4f} (p < 0.0010)"
+    details = next(t for t in page.tables if t[0][0] == "Metric")
+    assert details[0][:4] == ["Metric", "A: length", "B: oracle", "B − A"]
+    assert details[1][0] == "Overall" and float(details[1][3]) == pytest.approx(difference, abs=1e-4)
+    assert details[1][5] == "< 0.0010"
+    shown = {(n["data-path"], n.get("data-negated")): float(n["data-value"]) for n in page.nums}
+    assert shown["overall/difference", None] == difference and shown["overall/difference", "true"] == -difference
+
+
+@pytest.mark.parametrize("overall", ['"0.61"', '{"x": 1}', '[0.5]'])
+def test_correlate_refuses_a_report_whose_overall_is_not_a_number(tmp_path, overall):
+    for k in range(3):
+        (tmp_path / f"m{k}.json").write_text(f'{{"kind": "eval", "model": "m{k}", "subsets": {{}}, "overall": '
+                                             f'{overall if k == 1 else 0.5 + k / 10}}}', encoding="utf-8")
+    (tmp_path / "down.json").write_text(json.dumps({f"m{k}": {"win": k / 3} for k in range(3)}), encoding="utf-8")
+    done = run_cli_in(tmp_path, "correlate", "m0.json", "m1.json", "m2.json", "--downstream", "down.json")
+    assert done.returncode == 2, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "m1.json" in lines[0] and "overall" in lines[0], done.stderr

@@ -26,6 +26,11 @@ NUMBERS_JS = """() => {
   function written(v, fmt) {
     if (fmt === 'd') { return String(Math.trunc(v)); }
     if (fmt === 'p') { return v < 0.001 ? '<0.001' : v.toFixed(3); }
+    if (fmt.startsWith('pb')) {
+      const floor = 1 / (Number(fmt.slice(2)) + 1);
+      if (v < floor) { return '< ' + (floor >= 1e-4 ? floor.toFixed(4) : floor.toExponential(3)); }
+      return v.toFixed(4);
+    }
     if (fmt === 'e3') { return v === 0 ? '0.000e+0' : v.toExponential(3); }
     return v.toFixed(Number(fmt.slice(1)));
   }
@@ -86,6 +91,7 @@ def test_report_page_in_a_browser(tmp_path):
 
     inputs = real_results(tmp_path / "results")
     report = build_report(inputs)
+    assert report.lang == "zh"  # the sample's categories are Chinese, so are the page's words
     assert [s.kind for s in report.sources] == ["eval", "eval", "bias", "curate", "bon", "bon", "compare",
                                                 "correlate", "train_log"]
     html_path = tmp_path / "report.html"
@@ -118,7 +124,7 @@ def test_report_page_in_a_browser(tmp_path):
 
             headers = page.locator("#leaderboard table.sortable thead th")
             names = [headers.nth(i).inner_text().strip() for i in range(headers.count())]
-            overall = names.index("Overall")
+            overall = names.index("总分")
             before = page.evaluate(ROWS_JS, overall)
             assert sorted(r[0] for r in before) == ["length", "random"]
             headers.nth(overall).click()

@@ -58,10 +58,12 @@ def bon_result(model: str, base: float) -> dict:
 
 
 def compare_result(a: str, b: str) -> dict:
+    """A comparison "a vs b" whose b is the weaker model: every difference b - a is negative."""
     def stat(x: float, y: float, p: float) -> dict:
-        return {"a": x, "b": y, "difference": x - y, "ci": [x - y - 0.05, x - y + 0.05], "p_value": p}
+        return {"a": x, "b": y, "difference": y - x, "ci": [y - x - 0.05, y - x + 0.05], "p_value": p}
 
-    return {"kind": "compare", "a": a, "b": b, "overall": stat(0.4174, 0.2903, 0.0004),
+    return {"kind": "compare", "a": a, "b": b, "difference": "b - a", "n_bootstrap": 2000,
+            "overall": stat(0.4174, 0.2903, 0.0),
             "subsets": {s: {"accuracy": stat(0.73, 0.52, 0.0001), "exact_match": stat(0.2, 0.1, 0.0412),
                             "score": stat(0.46, 0.31, 0.25)} for s in ("open", "human")},
             "mcnemar": {"only_a": 61, "only_b": 17, "p_value": 0.0000012},
@@ -213,6 +215,11 @@ def shown_right(text: str, value, fmt: str) -> bool:
         return text == str(int(value)) and value == int(value)
     if fmt == "p" and text == "<0.001":
         return value < 0.001
+    if fmt.startswith("pb"):  # a bootstrap p-value: 4 decimals, or "< 1/(n+1)" below the resolution
+        floor = 1 / (int(fmt[2:]) + 1)
+        if text.startswith("< "):
+            return value < floor and abs(float(text[2:]) - floor) <= 0.5e-4
+        fmt = "f4"
     if fmt == "e3":
         mantissa, exponent = text.split("e")
         return re.fullmatch(r"-?\d\.\d{3}", mantissa) is not None and re.fullmatch(r"[+-]\d+", exponent) is not None \
@@ -228,7 +235,11 @@ def check_numbers(page: PageParser, sources: list[Path]) -> None:
     for num in page.nums:
         doc = docs[int(num["data-src"])]
         value = value_at(doc, num["data-path"])
-        assert json.loads(num["data-value"]) == value, num
+        shown = json.loads(num["data-value"])
+        assert (-shown if num.get("data-negated") == "true" else shown) == value, num
+        assert num["title"] == f"{sources[int(num['data-src'])].name}: {num['data-path']}" + \
+            (" (×−1)" if num.get("data-negated") == "true" else ""), num
+        value = shown
         assert isinstance(value, (int, float)) and not isinstance(value, bool), num
         assert shown_right(num["text"], value, num["data-fmt"]), num
 
@@ -238,8 +249,8 @@ def check_numbers(page: PageParser, sources: list[Path]) -> None:
 EXPECTED_KINDS = {"eval_a.json": "eval", "eval_b.json": "eval", "judge.json": "eval", "bon_a.json": "bon",
                   "bon_b.json": "bon", "compare.json": "compare", "correlate.json": "correlate",
                   "debias.report.json": "curate", "bias.json": "bias", "train_log.jsonl": "train_log"}
-TEXT_COLUMNS = {"#", "file", "kind", "label", "Model", "Subset", "Category", "Judge", "Group", "Length difference",
-                "Benchmark metric", "Downstream metric", "Metric", "Count", "by_category", "a \\ b"}
+TEXT_COLUMNS = {"#", "File", "Content", "Name", "Model", "Subset", "Category", "Judge", "Group", "Length difference",
+                "Benchmark metric", "Downstream metric", "Metric", "Count", "by_category", "row − column"}
 
 
 @pytest.fixture
@@ -248,7 +259,7 @@ def samples(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_every_kind_is_recognised_and_shown(samples, tmp_path):
-    report = build_report(list(samples.values()))
+    report = build_report(list(samples.values()), lang="en")
     assert {s.path.name: s.kind for s in report.sources} == EXPECTED_KINDS
     assert [s.anchor for s in report.sections] == ["inputs", "leaderboard", "subsets", "categories", "judges",
                                                    "length", "compare", "best-of-n", "correlation", "bias",
@@ -259,8 +270,8 @@ def test_every_kind_is_recognised_and_shown(samples, tmp_path):
     assert {int(n["data-src"]) for n in page.nums} == set(range(len(samples))), "an input shows no number"
     text = html_path.read_text(encoding="utf-8")
     for label in ("Discriminative reward models", "Generative reward models", "gpt-judge", "Position consistency",
-                  "Better shorter: Acc.", "McNemar p", "Best-of-n", "Pearson r", "人工", "stage debias",
-                  "eval/accuracy"):
+                  "Better is shorter: Acc.", "McNemar p", "Best-of-n", "Pearson r", "人工", "Stage debias",
+                  "eval/accuracy", "B − A"):
         assert label in text, label
 
 
@@ -286,6 +297,11 @@ BAD_INPUTS = {
     "eval_text_accuracy.json": json.dumps({"kind": "eval", "subsets": {"open": {"accuracy": "high"}}}),
     "bon_without_n.json": json.dumps({"kind": "bon", "curve": [{"expected_gold": 0.3}]}),
     "compare_without_overall.json": json.dumps({"kind": "compare", "a": "x", "b": "y"}),
+    "eval_text_overall.json": json.dumps({"kind": "eval", "model": "m", "subsets": {}, "overall": "0.61"}),
+    "eval_object_overall.json": json.dumps({"kind": "eval", "model": "m", "subsets": {}, "overall": {"x": 1}}),
+    "compare_text_difference.json": json.dumps({"kind": "compare", "a": "x", "b": "y",
+                                                "overall": {"difference": "+0.1", "p_value": 0.2}}),
+    "bon_text_gold.json": json.dumps({"kind": "bon", "curve": [{"n": 1, "expected_gold": "high"}]}),
     "stranger.json": json.dumps({"hello": "world"}),
     "broken_log.jsonl": '{"step": 1, "loss": 0.5}\n{"step": 2, "lo\n{"step": 3, "loss": 0.4}\n',
     "binary.json": b"\xff\xfe\x00garbage",
@@ -306,6 +322,10 @@ def test_a_bad_or_unknown_file_is_one_error_naming_it(samples, tmp_path, name):
         assert message.startswith(f"{bad}:2:"), message
     if name == "unknown_kind.json":
         assert "unknown report kind 'leaderboard'" in message
+    fields = {"eval_text_overall.json": "overall", "eval_object_overall.json": "overall",
+              "compare_text_difference.json": "overall.difference", "bon_text_gold.json": "curve.0.expected_gold"}
+    if name in fields:
+        assert caught.value.field == fields[name] and "expected a number or null" in message, message
 
 
 def test_a_folder_or_missing_file_is_one_error(tmp_path):
@@ -325,7 +345,7 @@ def test_a_log_cut_short_by_a_kill_keeps_its_whole_lines(tmp_path):
 
 
 def test_every_number_equals_its_source_and_every_number_is_linked(samples, tmp_path):
-    report = build_report(list(samples.values()))
+    report = build_report(list(samples.values()), lang="en")
     write_report(report, tmp_path / "report.html")
     page = parse_page((tmp_path / "report.html").read_text(encoding="utf-8"))
     check_numbers(page, [s.path for s in report.sources])
@@ -340,7 +360,7 @@ def test_every_number_equals_its_source_and_every_number_is_linked(samples, tmp_
 
 
 def test_missing_values_show_a_dash_and_no_number(samples, tmp_path):
-    report = build_report([samples["judge.json"]])  # ece and kendall_tau_b are null
+    report = build_report([samples["judge.json"]], lang="en")  # ece and kendall_tau_b are null
     write_report(report, tmp_path / "report.html")
     page = parse_page((tmp_path / "report.html").read_text(encoding="utf-8"))
     assert not any(n["data-path"].endswith(("/ece", "/kendall_tau_b")) for n in page.nums)
@@ -349,7 +369,7 @@ def test_missing_values_show_a_dash_and_no_number(samples, tmp_path):
 
 
 def test_the_markdown_holds_the_same_tables_and_the_plots(samples, tmp_path):
-    report = build_report(list(samples.values()))
+    report = build_report(list(samples.values()), lang="en")
     md_path = tmp_path / "out" / "report.md"
     written = write_report(report, tmp_path / "out" / "report.html", md_path)
     page = parse_page((tmp_path / "out" / "report.html").read_text(encoding="utf-8"))
@@ -376,7 +396,7 @@ def test_the_markdown_holds_the_same_tables_and_the_plots(samples, tmp_path):
 def test_the_page_is_self_contained_and_draws_chinese(samples, tmp_path):
     from cheems.curation.bias import cjk_font
 
-    report = build_report(list(samples.values()))
+    report = build_report(list(samples.values()), lang="en")
     write_report(report, tmp_path / "report.html")
     text = (tmp_path / "report.html").read_text(encoding="utf-8")
     assert text.count("<svg") == 6 and "<?xml" not in text
@@ -402,7 +422,7 @@ def test_names_are_escaped(tmp_path):
 
 @pytest.mark.parametrize("which", ["html", "markdown"])
 def test_an_output_that_is_an_input_is_refused(samples, which):
-    report = build_report(list(samples.values()))
+    report = build_report(list(samples.values()), lang="en")
     target = samples["eval_a.json"]
     before = target.read_bytes()
     html_path = target if which == "html" else target.with_name("report.html")
@@ -423,7 +443,7 @@ def test_format_number_rounds_half_away_from_zero_as_a_browser_does():
 
 
 def test_leaderboard_rows_follow_table_2(samples, tmp_path):
-    report = build_report([samples["eval_a.json"], samples["eval_b.json"], samples["judge.json"]])
+    report = build_report([samples["eval_a.json"], samples["eval_b.json"], samples["judge.json"]], lang="en")
     write_report(report, tmp_path / "report.html")
     page = parse_page((tmp_path / "report.html").read_text(encoding="utf-8"))
     boards = [t for t in page.tables if t[0][0] == "Model" and "Overall" in t[0]]
@@ -431,3 +451,69 @@ def test_leaderboard_rows_follow_table_2(samples, tmp_path):
                                          "Overall 95% CI"]
     assert [[row[0] for row in t[1:]] for t in boards] == [["奖励模型", "baseline"], ["gpt-judge"]]
     assert boards[0][1][1] == "0.730"
+
+
+def test_the_report_command_refuses_a_garbage_overall_in_one_line(tmp_path):
+    from tests.conftest import run_cli_in
+
+    (tmp_path / "bad.json").write_text(json.dumps({"kind": "eval", "model": "m", "subsets": {}, "overall": "high"}),
+                                       encoding="utf-8")
+    done = run_cli_in(tmp_path, "report", "bad.json", "-o", "report.html")
+    assert done.returncode == 2 and not (tmp_path / "report.html").exists()
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad.json" in lines[0] and "overall" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def matrix_of(page: PageParser) -> dict[tuple[str, str], str]:
+    """The significance matrix as {(row model, column model): cell text}."""
+    table = next(t for t in page.tables if t[0][0] in ("row − column", "行 − 列"))
+    return {(row[0], col): cell for row in table[1:] for col, cell in zip(table[0][1:], row[1:])}
+
+
+def test_the_matrix_shows_row_minus_column_in_both_cells(samples, tmp_path):
+    report = build_report([samples["compare.json"]], lang="en")  # "奖励模型 vs baseline", baseline weaker
+    write_report(report, tmp_path / "report.html")
+    text = (tmp_path / "report.html").read_text(encoding="utf-8")
+    page = parse_page(text)
+    check_numbers(page, [samples["compare.json"]])
+    cells = matrix_of(page)
+    assert cells["baseline", "奖励模型"] == "-0.1271 (p < 0.0005)"  # the weaker row: negative
+    assert cells["奖励模型", "baseline"] == "0.1271 (p < 0.0005)"
+    details = next(t for t in page.tables if t[0][0] == "Metric")
+    assert details[0][1:4] == ["A: 奖励模型", "B: baseline", "B − A"]
+    assert details[1][:4] == ["Overall", "0.417", "0.290", "-0.1271"]
+    assert "a − b" not in text and "data-src is" not in text
+
+
+def test_the_language_follows_the_data_or_the_flag(samples, tmp_path):
+    report = build_report(list(samples.values()))  # Chinese categories and groups: Chinese words
+    assert report.lang == "zh" and report.title == "奖励模型评测报告"
+    assert [s.title for s in report.sections][:3] == ["输入文件", "排行榜", "各子集详情"]
+    write_report(report, tmp_path / "zh.html", tmp_path / "zh.md")
+    text = (tmp_path / "zh.html").read_text(encoding="utf-8")
+    assert '<html lang="zh-CN">' in text and "判别式奖励模型" in text and "行 − 列" in text
+    page = parse_page(text)
+    check_numbers(page, [s.path for s in report.sources])
+    assert {h for t in page.tables for h in t[0]} >= {"模型", "总分", "B − A", "p 值", "位置一致性"}
+    english = build_report([samples["eval_b.json"]], lang="en")
+    assert english.lang == "en" and english.sections[1].title == "Leaderboard"
+    doc = eval_result("m", 0.6, 0.7)
+    for sub in doc["subsets"].values():
+        sub["categories"] = {"coding": sub["categories"]["代码"], "math": sub["categories"]["理解"]}
+    (tmp_path / "en.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert build_report([tmp_path / "en.json"]).lang == "en"  # English labels: English words
+    written = write_report(build_report([tmp_path / "en.json"]), tmp_path / "en.html")
+    assert '<html lang="en">' in written[0].read_text(encoding="utf-8")
+    with pytest.raises(CheemsInputError, match="--lang"):
+        build_report([tmp_path / "en.json"], lang="fr")
+
+
+def test_bootstrap_p_values_below_the_resolution_are_written_as_a_bound():
+    from cheems.report.page_content import p_value_text
+
+    assert p_value_text(0.0, 999) == "< 0.0010"
+    assert p_value_text(0.0, 2000) == "< 0.0005"
+    assert p_value_text(0.0, 100_000) == "< 1.000e-5"
+    assert p_value_text(0.002, 999) == "0.0020" and p_value_text(1.0, 10) == "1.0000"
+    assert format_number(0.0, "pb999") == "< 0.0010"

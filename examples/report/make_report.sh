@@ -2,9 +2,11 @@
 # The README's report, from the bundled sample only: two baselines and a tiny reward model trained
 # on the `human` subset are evaluated on the `open` subset, compared pairwise, and their best-of-n
 # curves drawn with the human ranking as gold; then one HTML page (and Markdown) of it all.
-# Usage: examples/report/make_report.sh [OUT_DIR]   (about a minute on a laptop CPU)
+# Usage: examples/report/make_report.sh [OUT_DIR]   (about a minute on a laptop CPU; EPOCHS=N trains the
+# reward model N epochs instead of 3)
 set -euo pipefail
 OUT="${1:-report-demo}"
+EPOCHS="${EPOCHS:-3}"
 mkdir -p "$OUT"
 cd "$OUT"
 
@@ -15,7 +17,7 @@ cheems rank annotations/open.jsonl -o bench.jsonl
 # a tiny reward model from scratch, trained on the human subset
 cheems init-model --size tiny --tokenizer-from train.jsonl -o tiny-rm --seed 0
 cheems train --model tiny-rm --train train.jsonl --eval bench.jsonl --output trained \
-    --epochs 3 --learning-rate 1e-3 --gradient-accumulation 1 --seed 0
+    --epochs "$EPOCHS" --learning-rate 1e-3 --gradient-accumulation 1 --seed 0
 cheems score bench.jsonl --model trained -o tiny-rm.jsonl
 
 # the three scorers on the open subset
@@ -35,8 +37,8 @@ with open("bench.jsonl", encoding="utf-8") as f, open("gold.jsonl", "w", encodin
             g.write(json.dumps({"prompt_id": row["id"], "response_id": rid, "score": -level}) + "\n")
 PY
 cheems score bench.jsonl --scorer length -o length.jsonl
-cheems bon bench.jsonl --scores length.jsonl --gold gold.jsonl -n 1,2,3,4,5 --json bon-length.json
-cheems bon bench.jsonl --scores tiny-rm.jsonl --gold gold.jsonl -n 1,2,3,4,5 --json bon-tiny-rm.json
+cheems bon bench.jsonl --scores length.jsonl --gold gold.jsonl -n 1,2,3,4,5 --name length --json bon-length.json
+cheems bon bench.jsonl --scores tiny-rm.jsonl --gold gold.jsonl -n 1,2,3,4,5 --name tiny-rm --json bon-tiny-rm.json
 
 cheems report length.json random.json tiny-rm.json length-vs-tiny-rm.json random-vs-tiny-rm.json \
     bon-length.json bon-tiny-rm.json trained/train_log.jsonl -o report.html --markdown report.md

@@ -57,7 +57,8 @@ def _ns(text: str) -> list[int]:
 
 
 @reports_input_errors
-@settings_flags(JudgeConfig, into="judge_flags", only=("model", "api_base", "api_key", "concurrency", "cache_path"),
+@settings_flags(JudgeConfig, into="judge_flags", only=("model", "api_base", "api_key", "concurrency", "max_reply_bytes",
+                                                      "cache_path"),
                 when="--judge", plain=("model",), names={"model": "--judge", "cache_path": "--cache"})
 @settings_flags(ModelSettings, into="model_flags", when="--model", plain=("backend", "trust_remote_code"))
 def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N candidate responses each."),
@@ -73,6 +74,8 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
         bootstrap: int = typer.Option(1000, help="Bootstrap resamples over prompts for the 95% CI."),
         seed: int = typer.Option(0, help="Seed of the bootstrap."),
         skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+        name: Optional[str] = typer.Option(None, "--name", help="The model's name in the report (default: the "
+                                           "scores file's stem or the model folder's name)."),
         judge_flags: dict = None, model_flags: dict = None):
     """Best-of-n (paper §6.2): the expected gold quality of the reward model's pick among n of the
     N candidates, exact over all n-subsets, per category and overall with bootstrap CIs; and/or
@@ -90,7 +93,7 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
                                          scores=str(scores) if scores else None, model=str(model) if model else None,
                                          model_settings=settings, judge=judge, baseline=baseline,
                                          n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
-                                         notify=err.print)
+                                         notify=err.print, name=name)
     print_skipped(errors)
     if json_out:
         write_json(json_out, report)
@@ -145,13 +148,20 @@ def compare(a: Path = typer.Argument(..., help="`cheems eval --json` report of m
     result = compare_reports(ra, _read_items(a), rb, _read_items(b), n_bootstrap=bootstrap, seed=seed)
     if json_out:
         write_json(json_out, result)
-    table = Table(title=f"{result['b']} - {result['a']} (paired bootstrap over prompts, {bootstrap} resamples)")
-    for col in ("", "A", "B", "B - A", "95% CI", "p"):
+    _print_compare(result)
+
+
+def _print_compare(result: dict) -> None:
+    from cheems.report.page_content import p_value_text
+
+    table = Table(title=f"A = {result['a']} vs B = {result['b']}: difference B − A (paired bootstrap over prompts, "
+                  f"{result['n_bootstrap']} resamples)")
+    for col in ("", "A", "B", "B − A", "95% CI of B − A", "p"):
         table.add_column(col, justify="left" if not col else "right")
     rows = [(f"{name} {metric}", d) for name, s in result["subsets"].items() for metric, d in s.items()]
     for label, d in rows + [("Overall", result["overall"])]:
         table.add_row(label, fmt(d["a"]), fmt(d["b"]), f"{d['difference']:+.4f}",
-                      f"[{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]", fmt(d["p_value"]))
+                      f"[{d['ci'][0]:+.4f}, {d['ci'][1]:+.4f}]", p_value_text(d["p_value"], result["n_bootstrap"]))
     out.print(table)
     m = result["mcnemar"]
     out.print(f"McNemar (exact, per pair): right only for A {m['only_a']}, only for B {m['only_b']}, "
@@ -160,6 +170,24 @@ def compare(a: Path = typer.Argument(..., help="`cheems eval --json` report of m
     for cat, c in worst:
         out.print(f"  {cat}: only A {c['only_a']}, only B {c['only_b']}, p = {c['p_value']:.4g}, "
                   f"Holm-adjusted {c['p_holm']:.4g}")
+
+
+def _read_model_reports(paths: List[Path]) -> dict[str, list[dict]]:
+    """The eval / bon reports by model name; a report without a model or with a metric that is not a number is
+    one error naming the file and the field."""
+    from cheems.report.correlate import benchmark_metrics
+
+    reports: dict[str, list[dict]] = {}
+    for path in paths:
+        r = _read_json(path)
+        if not isinstance(r, dict) or not r.get("model"):
+            raise CheemsInputError("not an eval or bon report with a \"model\"", file=str(path))
+        try:
+            benchmark_metrics(r)
+        except CheemsInputError as e:
+            raise e.located(file=str(path)) from None
+        reports.setdefault(str(r["model"]), []).append(r)
+    return reports
 
 
 @reports_input_errors
@@ -175,12 +203,7 @@ def correlate(results: List[Path] = typer.Argument(..., help="eval / bon reports
     from cheems.report.correlate import correlate as run
 
     check_outputs([json_out], [*results, downstream])
-    reports: dict[str, list[dict]] = {}
-    for path in results:
-        r = _read_json(path)
-        if not isinstance(r, dict) or not r.get("model"):
-            raise CheemsInputError("not an eval or bon report with a \"model\"", file=str(path))
-        reports.setdefault(str(r["model"]), []).append(r)
+    reports = _read_model_reports(results)
     down = _read_json(downstream)
     if not isinstance(down, dict) or not all(isinstance(v, dict) for v in down.values()):
         raise CheemsInputError("must be a JSON object {model: {metric: value}}", file=str(downstream))
@@ -206,11 +229,14 @@ def correlate(results: List[Path] = typer.Argument(..., help="eval / bon reports
 def report(results: List[Path] = typer.Argument(..., help="Any mix of eval, judge-eval, bon, correlate, compare, "
                                                 "curate and analyze-bias reports, and train_log.jsonl files."),
            output: Path = typer.Option(..., "-o", "--output", help="The HTML report (one file, readable offline)."),
-           markdown: Optional[Path] = typer.Option(None, "--markdown", help="The same as Markdown with PNG plots.")):
+           markdown: Optional[Path] = typer.Option(None, "--markdown", help="The same as Markdown with PNG plots."),
+           lang: Optional[str] = typer.Option(None, "--lang", help="The page's language: zh or en (default: Chinese "
+                                              "when most of the data's labels are Chinese, else English)."),
+           title: Optional[str] = typer.Option(None, "--title", help="The page's title.")):
     """One static HTML page (plots inline, no network) from the reports of a study."""
     from cheems.report.page import build_report, write_report
 
-    built = build_report([str(r) for r in results])
+    built = build_report([str(r) for r in results], lang=lang, title=title)
     write_report(built, output, markdown)
     out.print(f"report -> {output}" + (f" (and {markdown})" if markdown else ""))
 

@@ -105,11 +105,12 @@ def _point(n: int, e: np.ndarray, left_out: int, rng: np.random.Generator, n_boo
 def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[int], *, scores: str | None = None,
                     model: str | None = None, model_settings=None, judge=None, baseline: str | None = None,
                     n_bootstrap: int = 1000, seed: int = 0, fmt: str | None = None, skip_invalid: bool = False,
-                    progress=None, notify=None) -> tuple[dict, list]:
+                    progress=None, notify=None, name: str | None = None) -> tuple[dict, list]:
     """The best-of-n report of one reward model (``scores`` file or ``model`` folder) on candidate
     files: the curve against a GOLD scores file, and/or (with ``judge``, a JudgeConfig, and
     ``baseline``, a response id) the judged win rate of its best-of-N pick
-    (:func:`judged_win_rate`). Returns ``(report, skipped row errors)``."""
+    (:func:`judged_win_rate`). ``name``: the model's name in the report (default: the scores file's stem or
+    the model folder's name). Returns ``(report, skipped row errors)``."""
     from pathlib import Path
 
     from cheems.benchmark import read_benchmark
@@ -121,19 +122,21 @@ def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[in
         raise CheemsInputError("give --gold FILE, or --judge MODEL with --baseline ID, or both")
     if judge is not None and not baseline:
         raise CheemsInputError("--judge needs --baseline: the id of the response to play against", field="--baseline")
+    if name is not None and not name.strip():
+        raise CheemsInputError("must not be empty", field="--name")
     if not ns or any(not isinstance(n, int) or n < 1 for n in ns):
         raise CheemsInputError(f"n must be positive integers, got {list(ns)}", field="-n")
     res, _ = read_benchmark(candidates, skip_invalid=skip_invalid, fmt=fmt, empty="no valid prompts with candidates")
     gold_map = _read(read_scores, gold) if gold is not None else None
     if scores is not None:
-        rewards, name = _read(read_scores, scores), Path(scores).stem
+        rewards, default_name = _read(read_scores, scores), Path(scores).stem
     else:
         from cheems.scoring.model_settings import ModelSettings
         from cheems.scoring.run import model_scores
 
         rewards, _ = model_scores(model, model_settings or ModelSettings(), res.prompts, progress, notify)
-        name = Path(model).name
-    report = {"kind": "bon", "model": name, "prompts": len(res.prompts)}
+        default_name = Path(model).name
+    report = {"kind": "bon", "model": name or default_name, "prompts": len(res.prompts)}
     if gold_map is not None:
         report.update(best_of_n_curve(res.prompts, rewards, gold_map, ns, n_bootstrap=n_bootstrap, seed=seed))
         report["gold"] = Path(gold).name

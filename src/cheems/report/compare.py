@@ -2,7 +2,8 @@
 
 From two `cheems eval --json` reports and their per-prompt items (``OUT.items.jsonl``):
 
-- the difference (B - A) in Accuracy, Exact Match and their mean per subset and in Overall,
+- the difference B - A ("A vs B": positive when B, the second report, scores higher; the result's
+  ``"difference"`` key says ``"b - a"``) in Accuracy, Exact Match and their mean per subset and in Overall,
   with a *paired* bootstrap over prompts: each resample draws the same prompts for both models
   (within each subset, as `cheems eval` does), so what the two share cancels; a two-sided
   p-value is twice the smaller tail share of resampled differences on either side of 0;
@@ -117,8 +118,8 @@ def compare_reports(report_a: dict, items_a: list[dict], report_b: dict, items_b
         raise CheemsInputError("the two items files hold different prompts")
     items_b = sorted(items_b, key=lambda it: order[it["prompt_id"]])
     ties = report_a.get("ties", "official")
-    result = {"kind": "compare", "a": report_a.get("model"), "b": report_b.get("model"), "ties": ties,
-              "benchmark": fa}
+    result = {"kind": "compare", "a": report_a.get("model"), "b": report_b.get("model"), "difference": "b - a",
+              "ties": ties, "benchmark": fa}
     result.update(paired_bootstrap(items_a, items_b, ties=ties, n_bootstrap=n_bootstrap, seed=seed))
     pa, pb = _pair_outcomes(items_a), _pair_outcomes(items_b)
     if pa.keys() != pb.keys():

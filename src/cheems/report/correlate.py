@@ -9,32 +9,61 @@ constant are dropped).
 
 from __future__ import annotations
 
+import json
+import math
+
 import numpy as np
 from scipy import stats as st
 
 from cheems.metrics import quantile_interval
-from cheems.records import CheemsInputError
+from cheems.records import CheemsInputError, is_number
 
 __all__ = ["benchmark_metrics", "correlate"]
 
 METHODS = {"pearson": st.pearsonr, "spearman": st.spearmanr, "kendall": st.kendalltau}
 
 
+def _number(value, field: str) -> float | None:
+    """``value`` as a float (None stays None); anything but a number is a CheemsInputError naming ``field``."""
+    if value is None:
+        return None
+    if not is_number(value) or not math.isfinite(value):
+        raise CheemsInputError(f"expected a number or null, found {json.dumps(value, ensure_ascii=False)[:40]}",
+                               field=field)
+    return float(value)
+
+
+def _object(value, field: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise CheemsInputError(f"expected an object, found a {type(value).__name__}", field=field)
+    return value
+
+
 def benchmark_metrics(report: dict) -> dict[str, float]:
     """The numbers of one eval or bon report, flattened: ``overall``, ``SUBSET/accuracy``, ... ,
-    ``bon@N``."""
+    ``bon@N``. A value that is not a number (or null) is a CheemsInputError naming its field."""
     out = {}
     if report.get("kind") == "bon":
-        for point in report.get("curve", []):
-            if point.get("expected_gold") is not None:
-                out[f"bon@{point['n']}"] = float(point["expected_gold"])
+        curve = report.get("curve") or []
+        if not isinstance(curve, list):
+            raise CheemsInputError(f"expected a list, found a {type(curve).__name__}", field="curve")
+        for i, point in enumerate(curve):
+            point = _object(point, f"curve.{i}")
+            value = _number(point.get("expected_gold"), f"curve.{i}.expected_gold")
+            if value is not None:
+                out[f"bon@{point.get('n')}"] = value
         return out
-    if report.get("overall") is not None:
-        out["overall"] = float(report["overall"])
-    for name, s in (report.get("subsets") or {}).items():
+    overall = _number(report.get("overall"), "overall")
+    if overall is not None:
+        out["overall"] = overall
+    for name, s in _object(report.get("subsets"), "subsets").items():
+        s = _object(s, f"subsets.{name}")
         for metric in ("accuracy", "exact_match", "score"):
-            if s.get(metric) is not None:
-                out[f"{name}/{metric}"] = float(s[metric])
+            value = _number(s.get(metric), f"subsets.{name}.{metric}")
+            if value is not None:
+                out[f"{name}/{metric}"] = value
     return out
 
 

@@ -17,11 +17,15 @@ best-of-n curves, correlation heat maps (Figure 5), annotator bias (Figure 15), 
 curves.
 
 Every number shown carries its source: ``<span class="num" data-src="I" data-path="subsets/open/accuracy"
-data-value="0.7296705534401701" data-fmt="f3">0.730</span>``: ``data-src`` indexes the list of inputs (shown at
-the top of the page, `Report.sources`), ``data-path`` is the value's place in that file as JSON-pointer segments
-joined by ``/`` (``~`` written ``~0`` and ``/`` written ``~1`` inside a key; a list position is its index; in a
-training log the first segment is the record's position among the log's records), ``data-value`` the value as
-JSON and ``data-fmt`` how it is written (see `format_number`). Missing values show as ``–``.
+data-value="0.7296705534401701" data-fmt="f3" title="eval.json: subsets/open/accuracy">0.730</span>``:
+``data-src`` indexes the list of inputs (`Report.sources`, listed at the top of the page from 1), ``data-path``
+is the value's place in that file as JSON-pointer segments joined by ``/`` (``~`` written ``~0`` and ``/`` written
+``~1`` inside a key; a list position is its index; in a training log the first segment is the record's position
+among the log's records), ``data-value`` the value shown as JSON, ``data-fmt`` how it is written (see `format_number`); a number shown as minus the file's value (a
+difference read the other way round) carries ``data-negated="true"``. Missing values show as ``–``.
+
+Its words are English or Chinese (`cheems.report.wording`): as asked, or else Chinese when most of the data's own
+labels (categories, annotator groups, downstream metrics) are Chinese.
 
 The HTML needs nothing outside itself: plots are inline SVG with text drawn as paths, the sorting script and
 styles are inline, and a Content-Security-Policy forbids every fetch.
@@ -41,24 +45,32 @@ from cheems.io import atomic_open, check_output_folder, check_outputs, outputs_t
 from cheems.records import CheemsInputError
 from cheems.report.page_content import (DASH, FORMATS, Figure, Num, Report, Section, Source, Table, auto_format,
                                         format_number)
-from cheems.report.page_inputs import KINDS, classify, label_sources, read_result
+from cheems.report.page_inputs import KINDS, classify, data_labels, label_sources, read_result
 from cheems.report.render import render_html, render_markdown
 from cheems.report.sections import page_sections
+from cheems.report.wording import LANGUAGES, detect_language
 
-__all__ = ["DASH", "FORMATS", "KINDS", "Figure", "Num", "Report", "Section", "Source", "Table", "build_report",
+__all__ = ["DASH", "FORMATS", "KINDS", "LANGUAGES", "Figure", "Num", "Report", "Section", "Source", "Table",
+           "build_report",
            "auto_format", "classify", "format_number", "read_result", "render_html", "render_markdown", "write_report"]
 
 
-def build_report(paths: Sequence[str | Path], *, title: str = "cheems report") -> Report:
+def build_report(paths: Sequence[str | Path], *, title: str | None = None, lang: str | None = None) -> Report:
     """Read every result file of ``paths`` (any mix of `KINDS`, told apart by content) and lay out the page.
+
+    ``lang``: ``en`` or ``zh`` (`LANGUAGES`); None picks it from the data (`detect_language` of `data_labels`).
+    ``title``: the page's title (default: "Reward model report" in its language).
 
     A file that cannot be read, is not JSON, or is no known result is one CheemsInputError naming the file.
     Nothing is drawn yet: the plots are made by `render_html` / `render_markdown` (and `write_report`)."""
     if not paths:
         raise CheemsInputError("no result files given: the report needs at least one")
+    if lang is not None and lang not in LANGUAGES:
+        raise CheemsInputError(f"must be one of {', '.join(LANGUAGES)}, got {lang!r}", field="--lang")
     sources = [read_result(p, i) for i, p in enumerate(paths)]
     label_sources(sources)
-    report = Report(sources, [], title)
+    report = Report(sources, [], lang=lang or detect_language(data_labels(sources)))
+    report.title = title or report.say("title")
     report.sections.extend(page_sections(report))
     return report
 

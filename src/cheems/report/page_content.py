@@ -18,11 +18,13 @@ from typing import Any, Callable, Union
 from cheems.records import is_integer, is_number
 
 __all__ = ["DASH", "FORMATS", "Block", "Cell", "Figure", "Num", "Report", "Section", "Source", "Table", "auto_format",
-           "format_number"]
+           "bootstrap_p_format", "format_number", "p_value_text"]
 
 FORMATS = {"f2": "fixed, 2 decimals", "f3": "fixed, 3 decimals", "f4": "fixed, 4 decimals",
            "e3": "scientific, 3 decimals, exponent unpadded (1.000e-5)", "d": "integer",
-           "p": "p-value: fixed, 3 decimals; below 0.001 written <0.001"}
+           "p": "p-value: fixed, 3 decimals; below 0.001 written <0.001",
+           "pbN": "p-value of a bootstrap of N resamples: fixed, 4 decimals; below its resolution 1/(N+1) written "
+                  "< 1/(N+1) (fixed, 4 decimals; scientific, 3 decimals, below 0.0001)"}
 """How a number is written (``data-fmt``). Decimals round half away from zero on the exact binary value, as
 JavaScript's ``toFixed`` / ``toExponential`` do, so a browser can check every number."""
 
@@ -34,6 +36,8 @@ def format_number(value: int | float, fmt: str) -> str:
     """``value`` written as `FORMATS` ``fmt`` says (``format_number(0.72967, "f3") == "0.730"``)."""
     if fmt == "d":
         return str(int(value))
+    if fmt.startswith("pb"):
+        return p_value_text(value, int(fmt[2:]))
     if fmt == "p" and value < 0.001:
         return "<0.001"
     with localcontext() as context:
@@ -43,6 +47,21 @@ def format_number(value: int | float, fmt: str) -> str:
         digits = 3 if fmt == "p" else int(fmt[1:])
         exact = Decimal(abs(value)).quantize(Decimal(1).scaleb(-digits))
     return ("-" if value < 0 else "") + f"{exact:f}"
+
+
+def p_value_text(p: float, n_bootstrap: int) -> str:
+    """A bootstrap p-value as readers quote it: 4 decimals, or ``< 1/(n+1)`` below the resolution of
+    ``n_bootstrap`` resamples (``p_value_text(0.0, 999) == "< 0.0010"``), never ``0.0000``."""
+    floor = 1 / (n_bootstrap + 1)
+    if p < floor:
+        return "< " + format_number(floor, "f4" if floor >= 1e-4 else "e3")
+    return format_number(p, "f4")
+
+
+def bootstrap_p_format(n_bootstrap: Any) -> str:
+    """The format of the p-values of a bootstrap of ``n_bootstrap`` resamples: ``pbN``, or ``p`` when the
+    number of resamples is not known."""
+    return f"pb{n_bootstrap}" if is_integer(n_bootstrap) and n_bootstrap >= 1 else "p"
 
 
 def auto_format(value: int | float) -> str:
@@ -59,12 +78,14 @@ def _escape_segment(key: Any) -> str:
 
 @dataclass(frozen=True)
 class Num:
-    """A number shown on the page, with its source: input ``src``, place ``path`` in it, format ``fmt``."""
+    """A number shown on the page, with its source: input ``src``, place ``path`` in it, format ``fmt``.
+    ``negated``: the number shown is minus the one in the file (a difference read the other way round)."""
 
     src: int
     path: tuple
     value: int | float
     fmt: str
+    negated: bool = False
 
     @property
     def text(self) -> str:
@@ -141,9 +162,9 @@ class Source:
                 return None
         return node
 
-    def num(self, *path, fmt: str = "f3") -> Num | str:
+    def num(self, *path, fmt: str = "f3", negate: bool = False) -> Num | str:
         """The number at ``path`` as a `Num` (with its source), or `DASH` where there is none; ``fmt``: one of
-        `FORMATS`, or ``auto`` for `auto_format`."""
+        `FORMATS`, or ``auto`` for `auto_format`; ``negate``: show minus the number."""
         v = self.value(*path)
         if not is_number(v) or not math.isfinite(v):
             return DASH
@@ -151,7 +172,7 @@ class Source:
             fmt = auto_format(v)
         if fmt == "d" and not float(v).is_integer():
             fmt = "f3"
-        return Num(self.index, tuple(path), v, fmt)
+        return Num(self.index, tuple(path), 0 - v if negate else v, fmt, negate)
 
     def interval(self, *path, fmt: str = "f3") -> Cell:
         """``[lo, hi]`` of the two-number list at ``path``, each number with its source; `DASH` without one."""
@@ -163,12 +184,19 @@ class Source:
 
 @dataclass
 class Report:
-    """What `cheems.report.page.build_report` read (``sources``, in the order given) and the page's
-    ``sections``."""
+    """What `cheems.report.page.build_report` read (``sources``, in the order given), the page's ``sections``,
+    its title and its language (``lang``, one of `cheems.report.wording.LANGUAGES`)."""
 
     sources: list[Source]
     sections: list[Section]
     title: str = "cheems report"
+    lang: str = "en"
 
     def of_kind(self, kind: str) -> list[Source]:
         return [s for s in self.sources if s.kind == kind]
+
+    def say(self, key: str, **fields: Any) -> str:
+        """The page's text ``key`` in its language (`cheems.report.wording`)."""
+        from cheems.report.wording import say
+
+        return say(self.lang, key, **fields)

@@ -16,7 +16,8 @@ from typing import Any
 from cheems.records import CheemsInputError, is_integer, is_number
 from cheems.report.page_content import Source
 
-__all__ = ["KINDS", "NUMBER_OR_NULL", "REQUIRED", "classify", "compare_side", "label_sources", "read_result"]
+__all__ = ["KINDS", "NUMBER_OR_NULL", "REQUIRED", "classify", "compare_side", "data_labels", "label_sources",
+           "read_result"]
 
 KINDS = ("eval", "bon", "compare", "correlate", "curate", "bias", "train_log")
 """The kinds of input the report reads."""
@@ -97,9 +98,11 @@ def classify(data: Any, path: str | Path) -> str:
 
 NUMBER_OR_NULL = "a number or null"
 REQUIRED: dict[str, list[tuple[tuple, str]]] = {
-    "eval": [(("subsets",), "an object")],
+    "eval": [(("subsets",), "an object"), (("overall",), NUMBER_OR_NULL)],
     "bon": [(("curve",), "a list")],
-    "compare": [(("a",), "a string or null"), (("b",), "a string or null"), (("overall",), "an object")],
+    "compare": [(("a",), "a string or null"), (("b",), "a string or null"), (("overall",), "an object"),
+                *((("overall", key), NUMBER_OR_NULL) for key in ("a", "b", "difference", "p_value")),
+                (("n_bootstrap",), "an integer or null")],
     "correlate": [(("correlations",), "an object")],
     "curate": [(("stage",), "a string")],
     "bias": [],
@@ -113,16 +116,17 @@ _TYPE_CHECKS = {
     "a string": lambda v: isinstance(v, str),
     "a string or null": lambda v: v is None or isinstance(v, str),
     "an integer": is_integer,
+    "an integer or null": lambda v: v is None or is_integer(v),
     NUMBER_OR_NULL: lambda v: v is None or is_number(v),
 }
 
 
-def _require(data: Any, path: tuple, expected: str, file: Path) -> None:
+def _require(data: Any, path: tuple, expected: str, file: Path, at: str = "") -> None:
     node = data
     for key in path:
         node = node.get(key) if isinstance(node, dict) else None
     if not _TYPE_CHECKS[expected](node):
-        where = ".".join(map(str, path))
+        where = at + ".".join(map(str, path))
         found = "missing" if node is None else f"a {type(node).__name__}"
         raise CheemsInputError(f"expected {expected}, found {found}", file=str(file), field=where)
 
@@ -141,6 +145,7 @@ def _check_shape(kind: str, data: Any, path: Path) -> None:
         for i, point in enumerate(data["curve"]):
             if not isinstance(point, dict) or not is_integer(point.get("n")):
                 raise CheemsInputError("expected a point with an integer 'n'", file=str(path), field=f"curve.{i}")
+            _require(point, ("expected_gold",), NUMBER_OR_NULL, path, at=f"curve.{i}.")
     elif kind == "bias":
         for name, table in data.items():
             _require(data, (name, "by_length"), "a list", path)
@@ -176,6 +181,26 @@ def label_sources(sources: list[Source]) -> None:
         for s in sources:
             if counts[s.kind, s.label] > 1:
                 s.label = attempt(s)
+
+
+def data_labels(sources: list[Source]) -> list[str]:
+    """The data's own labels, which tell the language of its readers: categories (of evaluations, best-of-n
+    curves, comparisons and curation stages), annotator groups and downstream metrics."""
+    labels: list[str] = []
+    for s in sources:
+        d = s.data if isinstance(s.data, dict) else {}
+        if s.kind == "eval":
+            labels += [c for sub in d["subsets"].values() if isinstance(sub, dict)
+                       for c in (sub.get("categories") or {})]
+        elif s.kind in ("bon", "compare"):
+            labels += list(d.get("categories") or {})
+        elif s.kind == "curate":
+            labels += list(d.get("by_category") or {})
+        elif s.kind == "bias":
+            labels += list(d)
+        elif s.kind == "correlate":
+            labels += [m for m in d.get("downstream_metrics") or [] if isinstance(m, str)]
+    return [str(x) for x in labels]
 
 
 def compare_side(s: Source, side: str) -> str:

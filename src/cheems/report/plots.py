@@ -82,7 +82,8 @@ def _finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def draw_category_bars(title: str, categories: list[str], series: dict[str, list[tuple]]) -> Drawing:
+def draw_category_bars(title: str, categories: list[str], series: dict[str, list[tuple]],
+                       y_label: str = "accuracy") -> Drawing:
     """Per-category accuracy bars, one colour per model (paper Figure 4). ``series``: model ->
     one ``(accuracy, ci or None)`` per category (accuracy None: no bar); a CI draws a whisker."""
 
@@ -100,13 +101,15 @@ def draw_category_bars(title: str, categories: list[str], series: dict[str, list
         ax.set_xticks(range(len(categories)))
         ax.set_xticklabels(categories, rotation=20)
         ax.set_ylim(0, 1)
-        ax.set_ylabel("accuracy")
+        ax.set_ylabel(y_label)
         ax.set_title(title)
         ax.legend(fontsize="small")
     return draw
 
 
-def draw_bon_curves(curves: dict[str, list[dict]]) -> Drawing:
+def draw_bon_curves(curves: dict[str, list[dict]], title: str = "Best-of-n",
+                    x_label: str = "n (responses to pick from)",
+                    y_label: str = "expected quality of the pick") -> Drawing:
     """Best-of-n curves of every model in one plot: expected gold quality against n (log scale),
     with the 95% CI as a band where the points carry one."""
 
@@ -127,9 +130,9 @@ def draw_bon_curves(curves: dict[str, list[dict]]) -> Drawing:
             ax.set_xticks(ns)
             ax.set_xticklabels([str(n) for n in ns])
             ax.minorticks_off()
-        ax.set_xlabel("n (responses to pick from)")
-        ax.set_ylabel("expected gold quality of the pick")
-        ax.set_title("Best-of-n")
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
+        ax.set_title(title)
         ax.legend(fontsize="small")
     return draw
 
@@ -156,18 +159,25 @@ def draw_correlation_heatmap(title: str, rows: list[str], cols: list[str], value
     return draw
 
 
-def draw_bias_length(bins: list[str], groups: dict[str, list[tuple]]) -> Drawing:
+def draw_bias_length(bins: list[str], groups: dict[str, list[tuple]], title: str = "Annotator length bias",
+                     x_label: str | None = None, y_label: str | None = None) -> Drawing:
     """Annotator length bias (paper Figure 15): P(A chosen) per length-difference bin, one line per
     group with Wilson whiskers; ``groups``: name -> one ``(p_a or None, ci or None)`` per bin."""
     from cheems.curation.bias import plot_length_bias
 
     def draw(fig) -> None:
-        plot_length_bias(fig.add_subplot(), bins, groups, "Annotator length bias")
+        ax = fig.add_subplot()
+        plot_length_bias(ax, bins, groups, title)
+        if x_label:
+            ax.set_xlabel(x_label)
+        if y_label:
+            ax.set_ylabel(y_label)
     return draw
 
 
-def draw_training_curves(title: str, losses: dict[str, tuple[list, list]],
-                         evals: dict[str, tuple[list, list]]) -> Drawing:
+def draw_training_curves(title: str, losses: dict[str, tuple[list, list]], evals: dict[str, tuple[list, list]],
+                         step_label: str = "step", loss_label: str = "loss",
+                         eval_label: str = "evaluation") -> Drawing:
     """Training curves: the loss terms against the step (left) and the eval metrics at their
     steps (right, only when there are any). Each value is ``(steps, values)``; lines are thinned
     to `MAX_LINE_POINTS`."""
@@ -176,14 +186,14 @@ def draw_training_curves(title: str, losses: dict[str, tuple[list, list]],
         axes = fig.subplots(1, 2 if evals else 1, squeeze=False)[0]
         for name, (xs, ys) in losses.items():
             axes[0].plot(*thin_points(xs, ys), label=name, linewidth=1)
-        axes[0].set_xlabel("step")
-        axes[0].set_ylabel("loss")
+        axes[0].set_xlabel(step_label)
+        axes[0].set_ylabel(loss_label)
         axes[0].set_title(title)
         axes[0].legend(fontsize="small")
         if evals:
             for name, (xs, ys) in evals.items():
                 axes[1].plot(*thin_points(xs, ys), marker="o", label=name)
-            axes[1].set_xlabel("step")
-            axes[1].set_title("eval")
+            axes[1].set_xlabel(step_label)
+            axes[1].set_title(eval_label)
             axes[1].legend(fontsize="small")
     return draw

@@ -1,8 +1,9 @@
 """The report page's renderers: a `Report` written as one self-contained HTML document (`render_html`) and as
 Markdown with its plots as PNG files (`render_markdown`).
 
-HTML: text is escaped, each number is ``<span class="num" data-src data-path data-value data-fmt>`` (see
-`cheems.report.page_content.Num`), each table cell carries the key a sortable column sorts it by, plots are inline
+HTML: text is escaped, each number is ``<span class="num" data-src data-path data-value data-fmt title>`` (see
+`cheems.report.page_content.Num`; ``data-negated="true"`` where it shows minus the file's number, and ``title`` names
+the file and the field for readers), each table cell carries the key a sortable column sorts it by, plots are inline
 SVG with text drawn as paths, the sorting script and styles are inline, and a Content-Security-Policy (`CSP`)
 forbids every fetch. Markdown: ``|`` and ``\\`` are escaped in cells, numbers are their text, and each plot is a
 PNG linked from a folder beside the Markdown file.
@@ -67,12 +68,15 @@ def _cell_text(cell: Cell) -> str:
 
 # ----------------------------------------------------------------------------- HTML
 
-def _cell_html(cell: Cell) -> str:
+def _cell_html(cell: Cell, files: list[str]) -> str:
     out = []
     for part in _cell_parts(cell):
         if isinstance(part, Num):
+            where = html.escape(f"{files[part.src]}: {part.data_path}" + (" (×−1)" if part.negated else ""))
+            negated = ' data-negated="true"' if part.negated else ""
             out.append(f'<span class="num" data-src="{part.src}" data-path="{html.escape(part.data_path)}" '
-                       f'data-value="{html.escape(part.data_value)}" data-fmt="{part.fmt}">{part.text}</span>')
+                       f'data-value="{html.escape(part.data_value)}" data-fmt="{part.fmt}"{negated} '
+                       f'title="{where}">{part.text}</span>')
         else:
             out.append(html.escape(str(part)))
     return "".join(out)
@@ -92,14 +96,14 @@ def _numeric_class(cell: Cell) -> str:
     return ' class="n"' if cell == DASH or any(isinstance(p, Num) for p in _cell_parts(cell)) else ""
 
 
-def _table_html(table: Table) -> str:
+def _table_html(table: Table, files: list[str]) -> str:
     out = ['<div class="wide"><table' + (' class="sortable"' if table.sortable else "") + ">"]
     if table.caption:
         out.append(f"<caption>{html.escape(table.caption)}</caption>")
     out.append("<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in table.header) + "</tr></thead><tbody>")
     for row in table.rows:
-        cells = "".join(f'<td{_numeric_class(c)} data-sort="{html.escape(_sort_key(c))}">{_cell_html(c)}</td>'
-                        for c in row)
+        cells = "".join(f'<td{_numeric_class(c)} data-sort="{html.escape(_sort_key(c))}">'
+                        f"{_cell_html(c, files)}</td>" for c in row)
         out.append(f"<tr>{cells}</tr>")
     out.append("</tbody></table></div>")
     return "\n".join(out)
@@ -113,9 +117,9 @@ def _figure_html(figure: Figure) -> str:
             "</figcaption></figure>")
 
 
-def _block_html(block: Block) -> str:
+def _block_html(block: Block, files: list[str]) -> str:
     if isinstance(block, Table):
-        return _table_html(block)
+        return _table_html(block, files)
     if isinstance(block, Figure):
         return _figure_html(block)
     return f"<p>{html.escape(block)}</p>"
@@ -125,13 +129,14 @@ def render_html(report: Report) -> str:
     """The whole page as one HTML document (plots drawn now, as inline SVG)."""
     title = html.escape(report.title)
     nav = " ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in report.sections)
+    files = [s.path.name for s in report.sources]
     body = []
     for section in report.sections:
         body.append(f'<section id="{section.anchor}"><h2>{html.escape(section.title)}</h2>')
-        body.extend(_block_html(b) for b in section.blocks)
+        body.extend(_block_html(b, files) for b in section.blocks)
         body.append("</section>")
     return "\n".join([
-        "<!DOCTYPE html>", '<html lang="zh-CN"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>", f'<html lang="{report.say("html_lang")}"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{title}</title><style>{STYLE}</style></head><body>",

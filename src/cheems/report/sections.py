@@ -18,7 +18,8 @@ import math
 from typing import Any, Iterable
 
 from cheems.records import is_integer, is_number
-from cheems.report.page_content import DASH, Block, Cell, Figure, Report, Section, Source, Table
+from cheems.report.page_content import (DASH, Block, Cell, Figure, Report, Section, Source, Table,
+                                        bootstrap_p_format)
 from cheems.report.page_inputs import compare_side
 
 __all__ = ["COEFFICIENTS", "LOSS_KEYS", "MAX_CURATE_ROWS", "page_sections"]
@@ -65,10 +66,12 @@ def _slug(text: str) -> str:
 # ----------------------------------------------------------------------------- evaluation
 
 def _sources_section(report: Report) -> Section:
-    rows = [[str(s.index), s.path.name, s.kind, s.label] for s in report.sources]
-    return Section("inputs", "Inputs", [
-        "Every number below links to its input: its data-src is the # of this table, its data-path the place "
-        "in that file.", Table(["#", "file", "kind", "label"], rows)])
+    from cheems.report.wording import KIND_NAMES, LANGUAGES
+
+    lang = LANGUAGES.index(report.lang)
+    rows = [[str(s.index + 1), s.path.name, KIND_NAMES[s.kind][lang], s.label] for s in report.sources]
+    return Section("inputs", report.say("inputs"), [report.say("inputs.note"),
+                                                    Table(report.say("inputs.header").split("|"), rows)])
 
 
 def _scorer_type(s: Source) -> str:
@@ -83,11 +86,10 @@ def _leaderboard_section(report: Report) -> Section | None:
     if not evals:
         return None
     subsets = _union(s.data["subsets"] for s in evals)
-    header = ["Model"] + [f"{name} {metric}" for name in subsets for metric in ("Acc.", "Exact")] + \
-        ["Overall", "Overall 95% CI"]
-    blocks: list[Block] = ["Acc.: share of ranked pairs the better response wins (scores strictly higher); "
-                           "Exact: share of prompts with no pair reversed (under the report's tie rule); "
-                           "Overall: their mean over the subsets (paper Table 2). Click a header to sort."]
+    say = report.say
+    header = [say("model")] + [f"{name} {say(metric)}" for name in subsets for metric in ("acc", "exact")] + \
+        [say("overall"), say("with_ci", what=say("overall"))]
+    blocks: list[Block] = [say("leaderboard.note")]
     for scorer in ("discriminative", "generative"):
         rows = []
         for s in (s for s in evals if _scorer_type(s) == scorer):
@@ -96,8 +98,8 @@ def _leaderboard_section(report: Report) -> Section | None:
                 cells += [s.num("subsets", name, "accuracy"), s.num("subsets", name, "exact_match")]
             rows.append(cells + [s.num("overall"), s.interval("overall_ci")])
         if rows:
-            blocks.append(Table(header, rows, caption=f"{scorer.capitalize()} reward models", sortable=True))
-    return Section("leaderboard", "Leaderboard", blocks)
+            blocks.append(Table(header, rows, caption=say(scorer), sortable=True))
+    return Section("leaderboard", say("leaderboard"), blocks)
 
 
 def _subset_section(report: Report) -> Section | None:
@@ -111,11 +113,11 @@ def _subset_section(report: Report) -> Section | None:
                          s.num(*at, "ece"), s.num(*at, "kendall_tau_b")])
     if not rows:
         return None
-    header = ["Model", "Subset", "Prompts", "Pairs", "Tied", "Acc.", "Acc. 95% CI", "Exact", "Exact 95% CI",
-              "Score", "ECE", "Kendall τb"]
-    return Section("subsets", "Subsets in detail", [
-        "Pairs: ranked pairs compared; Tied: pairs the model scored equal; ECE: expected calibration error; "
-        "Kendall τb: rank correlation of scores and the gold ranking.", Table(header, rows, sortable=True)])
+    say = report.say
+    header = [say("model"), say("subset"), say("prompts"), say("pairs"), say("tied"), say("acc"),
+              say("with_ci", what=say("acc")), say("exact"), say("with_ci", what=say("exact")), say("score"), "ECE",
+              "Kendall τb"]
+    return Section("subsets", say("subsets"), [say("subsets.note"), Table(header, rows, sortable=True)])
 
 
 def _category_section(report: Report) -> Section | None:
@@ -141,13 +143,15 @@ def _category_section(report: Report) -> Section | None:
                 row += [s.num(*at, "accuracy"), *([s.interval(*at, "ci", "accuracy")] if with_ci else []),
                         s.num(*at, "n_comparisons", fmt="d")]
             rows.append(row)
-        columns = ("Acc.", "95% CI", "Pairs") if with_ci else ("Acc.", "Pairs")
-        header = ["Category"] + [f"{s.label} {h}" for s in having for h in columns]
-        blocks.append(Figure(f"categories_{_slug(subset)}", f"Accuracy by category: {subset}",
-                             draw_category_bars(f"Accuracy by category: {subset}", categories, series),
-                             texts=[*categories, *series, subset]))
-        blocks.append(Table(header, rows, caption=f"subset {subset}", sortable=True))
-    return Section("categories", "Accuracy by category", blocks) if blocks else None
+        say = report.say
+        columns = [say(k) for k in (("acc", "ci95", "pairs") if with_ci else ("acc", "pairs"))]
+        header = [say("category")] + [f"{s.label} {h}" for s in having for h in columns]
+        title = say("categories.of", subset=subset)
+        blocks.append(Figure(f"categories_{_slug(subset)}", title,
+                             draw_category_bars(title, categories, series, say("acc")),
+                             texts=[*categories, *series, title]))
+        blocks.append(Table(header, rows, caption=say("subset.caption", subset=subset), sortable=True))
+    return Section("categories", report.say("categories"), blocks) if blocks else None
 
 
 def _judge_section(report: Report) -> Section | None:
@@ -156,10 +160,10 @@ def _judge_section(report: Report) -> Section | None:
     if not judges:
         return None
     rows = [[s.label, s.num("position_consistency"), s.num("first_position_rate")] for s in judges]
-    return Section("judges", "Judges: position bias", [
-        "Position consistency: share of pairs judged the same way with the responses swapped; first-position "
-        "rate: share of verdicts for the response shown first (0.5 is unbiased).",
-        Table(["Judge", "Position consistency", "First-position rate"], rows, sortable=True)])
+    say = report.say
+    return Section("judges", say("judges"), [
+        say("judges.note"),
+        Table([say("judge"), say("position_consistency"), say("first_position_rate")], rows, sortable=True)])
 
 
 def _length_section(report: Report) -> Section | None:
@@ -174,12 +178,9 @@ def _length_section(report: Report) -> Section | None:
                          s.num(*at, "better_shorter", "accuracy")])
     if not rows:
         return None
-    header = ["Model", "Subset", "Better longer: pairs", "Better longer: Acc.", "Better shorter: pairs",
-              "Better shorter: Acc."]
-    return Section("length", "Length diagnostic", [
-        "Accuracy on the pairs whose better response is the longer one, and on those whose better response is the "
-        "shorter one: a reward model that just likes long answers does well on the first and badly on the second.",
-        Table(header, rows, sortable=True)])
+    say = report.say
+    header = [say(k) for k in ("model", "subset", "longer_pairs", "longer_acc", "shorter_pairs", "shorter_acc")]
+    return Section("length", say("length"), [say("length.note"), Table(header, rows, sortable=True)])
 
 
 # ----------------------------------------------------------------------------- comparisons
@@ -188,51 +189,64 @@ def _compare_section(report: Report) -> Section | None:
     compares = report.of_kind("compare")
     if not compares:
         return None
-    blocks: list[Block] = [_significance_matrix(compares)]
+    blocks: list[Block] = [_significance_matrix(report, compares)]
     for s in compares:
-        blocks += _compare_tables(s)
-    return Section("compare", "Paired comparisons", [
-        "Difference = a − b with its paired bootstrap 95% CI and p-value; the matrix shows the Overall difference "
-        "of the row's model over the column's (and its p-value).", *blocks])
+        blocks += _compare_tables(report, s)
+    return Section("compare", report.say("compare"), [report.say("compare.note"), *blocks])
 
 
-def _significance_matrix(compares: list[Source]) -> Table:
+def _p_format(s: Source) -> str:
+    """The format of a compare report's bootstrap p-values (``< 1/(n+1)`` below its resolution)."""
+    return bootstrap_p_format(s.data.get("n_bootstrap"))
+
+
+def _significance_matrix(report: Report, compares: list[Source]) -> Table:
+    """Every ordered pair of models: the Overall difference row − column (a compare "A vs B" holds B − A: the
+    cell of row B, column A shows it, the cell of row A, column B its negative) and its p-value."""
     models = _union([compare_side(s, "a"), compare_side(s, "b")] for s in compares)
     cells: dict[tuple[str, str], Cell] = {}
     for s in compares:
         a, b = compare_side(s, "a"), compare_side(s, "b")
-        difference, p = s.num("overall", "difference"), s.num("overall", "p_value", fmt="p")
-        cells[a, b] = (difference, " (p ", p, ")")
-        cells.setdefault((b, a), ("see row ", a, " (p ", p, ")"))
+        p = s.num("overall", "p_value", fmt=_p_format(s))
+        cells.setdefault((b, a), (s.num("overall", "difference", fmt="f4"), " (p ", p, ")"))
+        cells.setdefault((a, b), (s.num("overall", "difference", fmt="f4", negate=True), " (p ", p, ")"))
     rows = [[m] + [DASH if m == o else cells.get((m, o), "") for o in models] for m in models]
-    return Table(["a \\ b"] + models, rows, caption="Overall: a − b (p-value)")
+    return Table([report.say("matrix.corner")] + models, rows, caption=report.say("matrix.caption"))
 
 
-def _compare_tables(s: Source) -> list[Table]:
+def _compare_tables(report: Report, s: Source) -> list[Table]:
+    say = report.say
     a, b = compare_side(s, "a"), compare_side(s, "b")
+    p_fmt = _p_format(s)
 
     def row(name: str, *at) -> list[Cell]:
-        return [name, s.num(*at, "a"), s.num(*at, "b"), s.num(*at, "difference"), s.interval(*at, "ci"),
-                s.num(*at, "p_value", fmt="p")]
+        return [name, s.num(*at, "a"), s.num(*at, "b"), s.num(*at, "difference", fmt="f4"),
+                s.interval(*at, "ci", fmt="f4"), s.num(*at, "p_value", fmt=p_fmt)]
 
-    rows = [row("Overall", "overall")]
+    rows = [row(say("overall"), "overall")]
     for name, metrics in _dict(s.data.get("subsets")).items():
         for metric in _dict(metrics):
-            rows.append(row(f"{name} {metric}", "subsets", name, metric))
-    tables = [Table(["Metric", f"a: {a}", f"b: {b}", "Difference", "95% CI", "p"], rows, caption=f"{a} vs {b}")]
+            words = say(_METRIC_WORDS[metric]) if metric in _METRIC_WORDS else metric
+            rows.append(row(f"{name} {words}", "subsets", name, metric))
+    header = [say("metric"), say("side_a", name=a), say("side_b", name=b), say("b_minus_a"), say("b_minus_a_ci"),
+              say("p")]
+    tables = [Table(header, rows, caption=say("vs", a=a, b=b))]
     if _dict(s.data.get("mcnemar")):
-        tables.append(Table(["Pairs only a got right", "Pairs only b got right", "McNemar p"],
+        tables.append(Table([say("only_a"), say("only_b"), say("mcnemar_p")],
                             [[s.num("mcnemar", "only_a", fmt="d"), s.num("mcnemar", "only_b", fmt="d"),
-                              s.num("mcnemar", "p_value", fmt="p")]], caption=f"{a} vs {b}: McNemar test"))
+                              s.num("mcnemar", "p_value", fmt="p")]], caption=say("mcnemar.caption", a=a, b=b)))
     categories = _dict(s.data.get("categories"))
     if categories:
-        tables.append(Table(["Category", "Only a right", "Only b right", "p", "p (Holm)"],
+        tables.append(Table([say("category"), say("only_a"), say("only_b"), say("p"), say("holm_p")],
                             [[cat, s.num("categories", cat, "only_a", fmt="d"),
                               s.num("categories", cat, "only_b", fmt="d"),
                               s.num("categories", cat, "p_value", fmt="p"),
                               s.num("categories", cat, "p_holm", fmt="p")] for cat in categories],
-                            caption=f"{a} vs {b}: by category (McNemar, Holm-corrected)", sortable=True))
+                            caption=say("by_category.caption", a=a, b=b), sortable=True))
     return tables
+
+
+_METRIC_WORDS = {"accuracy": "acc", "exact_match": "exact", "score": "score"}
 
 
 def _bon_section(report: Report) -> Section | None:
@@ -241,16 +255,19 @@ def _bon_section(report: Report) -> Section | None:
     bons = report.of_kind("bon")
     if not bons:
         return None
+    say = report.say
     curves = {s.label: [p for p in s.data["curve"] if isinstance(p, dict)] for s in bons}
-    blocks: list[Block] = [Figure("best_of_n", "Best-of-n", draw_bon_curves(curves), texts=list(curves))]
+    axes = (say("bon"), say("n_axis"), say("gold_axis"))
+    blocks: list[Block] = [Figure("best_of_n", say("bon"), draw_bon_curves(curves, *axes),
+                                  texts=[*curves, *axes])]
     rows = []
     for s in bons:
         for i, _ in enumerate(s.data["curve"]):
             rows.append([s.label, s.num("curve", i, "n", fmt="d"), s.num("curve", i, "prompts", fmt="d"),
                          s.num("curve", i, "left_out", fmt="d"), s.num("curve", i, "expected_gold"),
                          s.interval("curve", i, "ci"), s.num("curve", i, "win_rate")])
-    blocks.append(Table(["Model", "n", "Prompts", "Left out", "Expected gold", "95% CI", "Win rate"], rows,
-                        sortable=True))
+    blocks.append(Table([say("model"), "n", say("prompts"), say("left_out"), say("expected_gold"), say("ci95"),
+                         say("win_rate")], rows, sortable=True))
     for s in bons:
         categories = {c: _list(points) for c, points in _dict(s.data.get("categories")).items()}
         ns = _union([str(p.get("n")) for p in points if isinstance(p, dict)] for points in categories.values())
@@ -261,15 +278,13 @@ def _bon_section(report: Report) -> Section | None:
             where = {str(p.get("n")): i for i, p in enumerate(points) if isinstance(p, dict)}
             table_rows.append([cat] + [s.num("categories", cat, where[n], "expected_gold") if n in where else DASH
                                        for n in ns])
-        blocks.append(Table(["Category"] + [f"n={n}" for n in ns], table_rows,
-                            caption=f"{s.label}: expected gold by category", sortable=True))
-    return Section("best-of-n", "Best-of-n", [
-        "Expected gold quality of the response each reward model picks among n (exact over all n-subsets), with "
-        "bootstrap 95% CIs.", *blocks])
+        blocks.append(Table([say("category")] + [f"n={n}" for n in ns], table_rows,
+                            caption=say("bon.category.caption", model=s.label), sortable=True))
+    return Section("best-of-n", say("bon"), [say("bon.note"), *blocks])
 
 
-COEFFICIENTS = (("pearson", "Pearson r"), ("spearman", "Spearman ρ"), ("kendall", "Kendall τ"))
-"""The correlation coefficients of a correlate report: key and column title."""
+COEFFICIENTS = ("pearson", "spearman", "kendall")
+"""The correlation coefficients of a correlate report (each also the key of its column title)."""
 
 
 def _correlate_section(report: Report) -> Section | None:
@@ -286,25 +301,24 @@ def _correlate_section(report: Report) -> Section | None:
             for d in _dict(table[b]):
                 at = ("correlations", b, d)
                 row: list[Cell] = [b, d, s.num(*at, "n", fmt="d")]
-                for key, _ in COEFFICIENTS:
+                for key in COEFFICIENTS:
                     row += [s.num(*at, key, "r", fmt="f2"), s.interval(*at, key, "ci", fmt="f2")]
                 rows.append(row)
         if not rows:
             continue
         grid = [[s.value("correlations", b, d, "pearson", "r") for d in down] for b in bench]
-        title = f"Pearson r: {s.label}"
+        title = f"{report.say('pearson')}: {s.label}"
         blocks.append(Figure(f"correlation_{s.index}", title, draw_correlation_heatmap(title, bench, down, grid),
                              texts=[*bench, *down, title]))
-        header = ["Benchmark metric", "Downstream metric", "Models"] + \
-            [h for _, name in COEFFICIENTS for h in (name, f"{name} 95% CI")]
+        say = report.say
+        header = [say("benchmark_metric"), say("downstream_metric"), say("models")] + \
+            [h for key in COEFFICIENTS for h in (say(key), say("with_ci", what=say(key)))]
         models = ", ".join(map(str, _list(s.data.get("models"))))
-        blocks.append(Table(header, rows, caption=f"{s.label}" + (f" (models: {models})" if models else ""),
-                            sortable=True))
+        caption = say("models.caption", label=s.label, models=models) if models else s.label
+        blocks.append(Table(header, rows, caption=caption, sortable=True))
     if not blocks:
         return None
-    return Section("correlation", "Correlation with downstream results", [
-        "How well each benchmark metric ranks the reward models the way downstream results do (paper Figure 5).",
-        *blocks])
+    return Section("correlation", report.say("correlation"), [report.say("correlation.note"), *blocks])
 
 
 # ----------------------------------------------------------------------------- data and training
@@ -337,19 +351,22 @@ def _bias_section(report: Report) -> Section | None:
     longer_rows = [[label, s.num(name, "longer_won", "n", fmt="d"), s.num(name, "longer_won", "longer", fmt="d"),
                     s.num(name, "longer_won", "share"), s.interval(name, "longer_won", "share_ci"),
                     s.num(name, "longer_won", "p_value", fmt="p")] for s, name, label in groups]
+    say = report.say
+    labels = (say("bias.figure"), say("bias.x"), say("bias.y"))
+    group, ci, p = say("group"), say("ci95"), say("p")
     blocks: list[Block] = [
-        "P(A chosen) by the length difference len(A) − len(B) in characters, with 95% Wilson intervals (paper "
-        "Figure 15): a flat line at 0.5 is an annotator blind to length and position.",
-        Figure("bias_length", "Annotator length bias", draw_bias_length(bins, curves), texts=list(curves)),
-        Table(["Group", "Length difference", "Comparisons", "P(A)", "P(A) 95% CI", "P(B)", "P(tie)"], length_rows),
-        Table(["Group", "Comparisons", "P(A)", "P(B)", "P(tie)", "P(A | strict)", "95% CI", "p"], position_rows,
-              caption="Position: binomial test of P(A | strict) = 0.5"),
-        Table(["Group", "Strict pairs of unequal length", "Longer won", "Share", "95% CI", "p"], longer_rows,
-              caption="How often the longer response won"),
+        say("bias.note"),
+        Figure("bias_length", labels[0], draw_bias_length(bins, curves, *labels), texts=[*curves, *labels]),
+        Table([group, say("length_difference"), say("comparisons"), "P(A)", say("with_ci", what="P(A)"), "P(B)",
+               "P(tie)"], length_rows),
+        Table([group, say("comparisons"), "P(A)", "P(B)", "P(tie)", say("p_a_strict"), ci, p], position_rows,
+              caption=say("position.caption")),
+        Table([group, say("unequal_pairs"), say("longer_won"), say("share"), ci, p], longer_rows,
+              caption=say("longer.caption")),
     ]
     if len(position_rows) < len(groups):
-        blocks.append("Groups of ranked pairs carry no presentation order: they have no position row.")
-    return Section("bias", "Annotator bias", blocks)
+        blocks.append(say("bias.no_position"))
+    return Section("bias", say("bias"), blocks)
 
 
 def _flat_counts(node: Any, path: tuple = ()) -> Iterable[tuple[tuple, Any]]:
@@ -364,11 +381,11 @@ def _flat_counts(node: Any, path: tuple = ()) -> Iterable[tuple[tuple, Any]]:
         yield path, node
 
 
-def _count_cell(s: Source, path: tuple, value: Any) -> Cell:
+def _count_cell(report: Report, s: Source, path: tuple, value: Any) -> Cell:
     if is_number(value):
         return s.num(*path, fmt="d" if is_integer(value) else "f3")
     if isinstance(value, bool):
-        return "yes" if value else "no"
+        return report.say("yes" if value else "no")
     return DASH if value is None else str(value)
 
 
@@ -377,7 +394,7 @@ def _is_breakdown(value: Any) -> bool:
     return isinstance(value, dict) and bool(value) and all(isinstance(v, dict) for v in value.values())
 
 
-def _curate_tables(s: Source) -> list[Table]:
+def _curate_tables(report: Report, s: Source) -> list[Table]:
     """A stage report's counts: its single values in one table, and each breakdown (a mapping of names to
     objects, such as ``by_category``) as a table with one row per name."""
     rows: list[list[Cell]] = []
@@ -386,22 +403,25 @@ def _curate_tables(s: Source) -> list[Table]:
         if key == "stage":
             continue
         if not _is_breakdown(value):
-            rows += [[".".join(map(str, path)), _count_cell(s, path, v)] for path, v in _flat_counts(value, (key,))]
+            rows += [[".".join(map(str, path)), _count_cell(report, s, path, v)]
+                     for path, v in _flat_counts(value, (key,))]
             continue
         columns = _union([".".join(map(str, p)) for p, _ in _flat_counts(inner)] for inner in value.values())
         table_rows = []
         for name, inner in value.items():
-            cells = {".".join(map(str, p)): _count_cell(s, (key, name, *p), v) for p, v in _flat_counts(inner)}
+            cells = {".".join(map(str, p)): _count_cell(report, s, (key, name, *p), v)
+                     for p, v in _flat_counts(inner)}
             table_rows.append([name] + [cells.get(c, "") for c in columns])
         tables.append(Table([key] + columns, table_rows[:MAX_CURATE_ROWS], sortable=True,
-                            caption=f"stage {s.data['stage']}: {key}"))
-    main = Table(["Count", "Value"], rows[:MAX_CURATE_ROWS], caption=f"stage {s.data['stage']} ({s.path.name})")
+                            caption=report.say("stage.part", stage=s.data["stage"], part=key)))
+    main = Table([report.say("count"), report.say("value")], rows[:MAX_CURATE_ROWS],
+                 caption=report.say("stage.caption", stage=s.data["stage"], file=s.path.name))
     return [main, *tables]
 
 
 def _curate_section(report: Report) -> Section | None:
-    blocks: list[Block] = [t for s in report.of_kind("curate") for t in _curate_tables(s)]
-    return Section("curation", "Curation stages", blocks) if blocks else None
+    blocks: list[Block] = [t for s in report.of_kind("curate") for t in _curate_tables(report, s)]
+    return Section("curation", report.say("curation"), blocks) if blocks else None
 
 
 LOSS_KEYS = ("loss", "pair_loss", "reg")
@@ -411,6 +431,7 @@ LOSS_KEYS = ("loss", "pair_loss", "reg")
 def _training_section(report: Report) -> Section | None:
     from cheems.report.plots import draw_training_curves
 
+    say = report.say
     blocks: list[Block] = []
     for s in report.of_kind("train_log"):
         records = s.data
@@ -425,16 +446,17 @@ def _training_section(report: Report) -> Section | None:
         eval_keys = _union([k for k, v in r.items() if k.startswith("eval/") and is_number(v)] for r in records)
         eval_rows = [i for i, r in enumerate(records) if any(k in r for k in eval_keys)]
         evals = {k: line(k, eval_rows) for k in eval_keys}
-        title = f"Training: {s.label}"
-        blocks.append(Figure(f"training_{s.index}", title, draw_training_curves(title, losses, evals),
-                             texts=[title, *evals]))
+        title = say("training.of", label=s.label)
+        axes = (say("step"), say("loss"), say("evaluation"))
+        blocks.append(Figure(f"training_{s.index}", title, draw_training_curves(title, losses, evals, *axes),
+                             texts=[title, *evals, *axes]))
         last = len(records) - 1
         keys = [k for k, v in records[last].items() if is_number(v) and not k.startswith("eval/")]
-        blocks.append(Table(["Metric", "Value"], [[k, s.num(last, k, fmt="auto")] for k in keys],
-                            caption=f"{s.label}: last step ({len(records)} steps logged)"))
+        blocks.append(Table([say("metric"), say("value")], [[k, s.num(last, k, fmt="auto")] for k in keys],
+                            caption=say("last_step.caption", label=s.label, steps=len(records))))
         if eval_rows:
-            blocks.append(Table(["Step"] + eval_keys, [[s.num(i, "step", fmt="d")] + [s.num(i, k, fmt="auto")
+            blocks.append(Table([say("step")] + eval_keys, [[s.num(i, "step", fmt="d")] + [s.num(i, k, fmt="auto")
                                                                                       for k in eval_keys]
                                                        for i in eval_rows],
-                                caption=f"{s.label}: evaluations", sortable=True))
-    return Section("training", "Training", blocks) if blocks else None
+                                caption=say("evaluations.caption", label=s.label), sortable=True))
+    return Section("training", say("training"), blocks) if blocks else None

@@ -1,0 +1,80 @@
+"""The scripts under examples/ run as written, end to end, in an empty folder: on the bundled sample, with a tiny
+reward model trained one epoch, and (for curation) the loopback chat server of examples/loopback_judge.py that the
+script starts and stops itself. Each must leave its outputs and its HTML report, and no server behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT
+
+EXAMPLES = REPO_ROOT / "examples"
+
+
+def run_example(script: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``bash SCRIPT OUT`` from an empty folder, with this interpreter's ``cheems`` and ``python3`` first on PATH."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "EPOCHS": "1"}
+    env.pop("OPENAI_API_KEY", None)
+    done = subprocess.run(["bash", str(script), "out"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          encoding="utf-8", timeout=2 * HANG_TIMEOUT_S)
+    assert done.returncode == 0, f"{script.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert "Traceback" not in done.stderr
+    return done
+
+
+def test_every_example_script_is_tested():
+    scripts = sorted(p.relative_to(EXAMPLES).as_posix() for p in EXAMPLES.rglob("*.sh"))
+    assert scripts == ["curation/run.sh", "report/make_report.sh"]
+
+
+def test_the_curation_example_runs_against_its_loopback_server(tmp_path):
+    run_example(EXAMPLES / "curation" / "run.sh", tmp_path)
+    work = tmp_path / "out" / "work"
+    preference = [json.loads(line) for line in (work / "preference.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert {row["source"] for row in preference} == {"human", "judge"}
+    judged = json.loads((work / "judged.report.json").read_text(encoding="utf-8"))
+    sampled = json.loads((work / "sampled.report.json").read_text(encoding="utf-8"))
+    assert sampled["failed_rows"] == 0 and sampled["output_rows"] == 24
+    assert judged["stage"] == "judge" and "http://127.0.0.1:" in (work / "pipeline.yaml").read_text(encoding="utf-8")
+    assert (tmp_path / "out" / "report.html").stat().st_size > 10_000
+    port = int((work / "server.port").read_text(encoding="utf-8"))
+    import socket
+
+    with socket.socket() as s:  # the script stopped its server
+        assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_the_report_example_runs_on_the_sample(tmp_path):
+    run_example(EXAMPLES / "report" / "make_report.sh", tmp_path)
+    out = tmp_path / "out"
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert '<html lang="zh-CN">' in html and "B − A" in html and (out / "report.md").exists()
+    assert json.loads((out / "bon-tiny-rm.json").read_text(encoding="utf-8"))["model"] == "tiny-rm"
+    comparison = json.loads((out / "length-vs-tiny-rm.json").read_text(encoding="utf-8"))
+    assert comparison["a"] == "length" and comparison["b"] == "tiny-rm" and comparison["difference"] == "b - a"
+
+
+@pytest.mark.parametrize("request_for", ["judge", "qwen2.5-7b-instruct"])
+def test_the_loopback_server_answers_deterministically(request_for):
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import loopback_judge
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    from cheems.scoring.judge_prompt import build_messages, parse_verdict
+
+    messages = build_messages("介绍一种水果。", "苹果。", "苹果是一种常见的水果，口感脆甜，富含维生素。", ["知识"])
+    body = {"model": request_for, "seed": 3, "messages": messages}
+    first, again = loopback_judge.answer(body), loopback_judge.answer(body)
+    assert first == again
+    if request_for == "judge":
+        assert parse_verdict(first) == "B"  # the answer with more distinct characters
+    else:
+        assert "qwen2.5-7b-instruct" in first and loopback_judge.answer({**body, "seed": 4}) != first
