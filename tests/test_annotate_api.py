@@ -46,7 +46,7 @@ def server(tmp_path):
         auth.add_user(s, name, role, PASSWORD, ["数学"] if name == "ann1" else [])
     import_prompts(s, prompts(), overlap=2, gold=gold_prompts())
     s.close()
-    settings = WorkflowSettings(review_rate=1.0, review_stages=1)
+    settings = WorkflowSettings(review_rate=1.0, review_stages=1, alignment_min_shared=1)
     return url, create_app(url, settings), tmp_path
 
 
@@ -292,3 +292,47 @@ def test_alignment_shows_the_others_latest_answer_and_keeps_the_first_round_agre
     assert a1.post(f"/api/alignment/{v1['task_id']}", json=answer(again, best1)).json() == {"state": "settled"}
     st = client(app, "boss").get("/api/stats").json()
     assert st["agreement"]["percent"] == 0.0 and st["tasks"]["done"] == 1
+
+
+def test_alignment_waits_until_the_pair_shares_enough_tasks(tmp_path):
+    """With ``alignment_min_shared=3`` the first two disagreements settle as they are; the third
+    shared task, still below the bar, goes to alignment."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    engine = make_engine(url)
+    migrate(engine)
+    s = session_factory(engine)()
+    for name in ("x", "y"):
+        auth.add_user(s, name, "annotator", PASSWORD)
+    import_prompts(s, prompts(4, 3), overlap=2)  # four tasks, both annotators on each
+    s.close()
+    assert WorkflowSettings().alignment_min_shared == 10
+    app = create_app(url, WorkflowSettings(alignment_min_shared=3, review_rate=0))
+    x, y = client(app, "x"), client(app, "y")
+    states = []
+    for _ in range(4):
+        vx, vy = x.get("/api/tasks/next").json(), y.get("/api/tasks/next").json()
+        assert vx["task_id"] == vy["task_id"]
+        assert x.post(f"/api/tasks/{vx['task_id']}/submit", json=answer(vx, true_order(vx))).status_code == 201
+        assert y.post(f"/api/tasks/{vy['task_id']}/submit", json=answer(vy, true_order(vy)[::-1])).status_code == 201
+        states.append(y.get("/api/progress").json()["alignment_waiting"])
+    assert states == [0, 0, 1, 2]
+    st = client(app, "x")
+    assert st.get("/api/alignment/next").json()["task_id"] == 3
+
+
+def test_progress_counts_and_admins_and_reviewers_claim_nothing(server):
+    _, app, _ = server
+    boss, rev, ann = client(app, "boss"), client(app, "rev"), client(app, "ann3")
+    for c in (boss, rev):
+        r = c.get("/api/tasks/next")
+        assert r.status_code == 403 and r.json()["field"] == "role", r.text
+    opened = boss.get("/api/stats").json()["by_annotator"]
+    assert opened["boss"]["open"] == 0 and opened["rev"]["open"] == 0
+    total = boss.get("/api/stats").json()["tasks"]["total"] + 1  # the gold task too
+    assert ann.get("/api/progress").json() == {"done_today": 0, "done_total": 0, "queue_left": total,
+                                               "alignment_waiting": 0}
+    for done in (1, 2):
+        view = ann.get("/api/tasks/next").json()
+        assert ann.post(f"/api/tasks/{view['task_id']}/submit", json=answer(view, "ABC")).status_code == 201
+        assert ann.get("/api/progress").json() == {"done_today": done, "done_total": done,
+                                                   "queue_left": total - done, "alignment_waiting": 0}

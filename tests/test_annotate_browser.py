@@ -12,6 +12,7 @@ CHEEMS_UPDATE_SCREENSHOTS=1 the annotator page is also saved as docs/images/anno
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -108,30 +109,25 @@ def wait_until_up(base: str, proc: subprocess.Popen, log: Path, timeout: float =
     raise AssertionError(f"the server did not answer within {timeout}s:\n{log.read_text()}")
 
 
-@pytest.fixture
-def server(tmp_path):
-    """A database with four accounts and one imported prompt, served on a free loopback port."""
-    require_browser()
+@contextlib.contextmanager
+def serving(tmp_path: Path, rows: list[dict], *flags: str):
+    """A database with the four accounts and ``rows`` imported, served by ``cheems annotate serve FLAGS``
+    on a free loopback port; yields (base URL, database URL, the server's log file)."""
     db = f"sqlite:///{tmp_path / 'a.db'}"
     ok(cli("annotate", "init", "--db", db))
     for name, role in ROLES.items():
         ok(cli("annotate", "add-user", name, "--role", role, "--password-stdin", "--db", db,
                stdin=PASSWORDS[name] + "\n"))
-    data = write_jsonl_rows(tmp_path / "prompts.jsonl", [{
-        "id": "beijing", "prompt": PROMPT, "category": ["知识", "地理"],
-        "responses": [{"id": rid, "content": text} for rid, text in RESPONSES.items()],
-    }])
-    ok(cli("annotate", "import", data, "--overlap", "2", "--db", db))
+    ok(cli("annotate", "import", write_jsonl_rows(tmp_path / "prompts.jsonl", rows), "--overlap", "2", "--db", db))
     port = free_port()
     log = tmp_path / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "cheems.cli", "annotate", "serve", "--db", db,
-                                 "--port", str(port), "--review-rate", "1", "--review-stages", "2"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+                                 "--port", str(port), *flags], stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     base = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(base, proc, log)
-        yield base, db, tmp_path
+        yield base, db, log
     finally:
         proc.terminate()
         try:
@@ -139,6 +135,20 @@ def server(tmp_path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+BEIJING = {"id": "beijing", "prompt": PROMPT, "category": ["知识", "地理"],
+           "responses": [{"id": rid, "content": text} for rid, text in RESPONSES.items()]}
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A database with four accounts and one imported prompt, served on a free loopback port; the
+    pair aligns from its first shared task."""
+    require_browser()
+    with serving(tmp_path, [BEIJING], "--review-rate", "1", "--review-stages", "2",
+                 "--alignment-min-shared", "1") as (base, db, _log):
+        yield base, db, tmp_path
 
 
 @pytest.fixture
@@ -346,9 +356,7 @@ def review(browser, base: str, artifacts: Path) -> None:
     assert "理由" in page.text_content("#message")
     assert page.is_visible("#review-view")
     assert sorted(accept_all_reviews(page)) == [0, 1]  # both settled answers at stage 1; one marked a span
-    boss = open_page(browser, base, "boss")
-    boss.wait_for_selector("#empty-view:not([hidden])")
-    boss.click("#nav-review")
+    boss = open_page(browser, base, "boss")  # an admin lands on the review queue
     assert len(accept_all_reviews(boss)) == 2  # stage 2, by someone who did not review stage 1
     boss.goto(base + "/dashboard")
     boss.wait_for_selector("#stats-view:not([hidden])")
@@ -427,3 +435,50 @@ def test_escalation_in_browser(server, browser):
     ok(cli("annotate", "export", "-o", bench, "--db", db))
     rank = json.loads(bench.read_text(encoding="utf-8"))["rank"]
     assert rank["r1"] < rank["r2"] < rank["r3"], rank
+
+
+def test_admins_and_reviewers_opening_the_page_claim_nothing(server, browser):
+    """The one task (overlap 2) is still there for both annotators after an admin and a reviewer
+    opened the page; annotators see their progress, and the waiting alignment as a count."""
+    base, db, _tmp = server
+    for name in ("boss", "rev1"):
+        page = open_page(browser, base, name)
+        page.wait_for_selector("#nav-review.current")
+        assert page.is_hidden("#nav-task") and page.is_hidden("#progress")
+    by_annotator = json.loads(ok(cli("annotate", "status", "--json", "--db", db)).stdout)["by_annotator"]
+    assert by_annotator["boss"]["open"] == 0 and by_annotator["rev1"]["open"] == 0
+    first, second = open_page(browser, base, "ann1"), open_page(browser, base, "ann2")
+    first.wait_for_selector("#progress-left:has-text('1')")
+    assert first.text_content("#progress-total") == "0" and first.is_hidden("#alignment-badge")
+    for page, scores, ties in ((first, FIRST, {("r2", "r3"): ">"}), (second, SECOND, {("r1", "r2"): "="})):
+        answer(page, scores, ties)
+        page.click("#submit")
+        page.wait_for_selector("#empty-view:not([hidden])")
+    second.wait_for_selector("#alignment-badge:not([hidden]):has-text('1')")
+    for field, value in (("today", "1"), ("total", "1"), ("left", "0"), ("align", "1")):
+        assert second.text_content(f"#progress-{field}") == value, field
+
+
+def test_the_score_keys_score_the_next_task_after_ctrl_enter_from_the_note(tmp_path, browser):
+    second = dict(BEIJING, id="shanghai", prompt="请简单介绍上海。",
+                  responses=[{"id": f"s{i}", "content": f"上海介绍{i}。" * i} for i in (1, 2, 3)])
+    with serving(tmp_path, [BEIJING, second]) as (base, _db, _log):
+        page = open_page(browser, base, "ann1")
+        for n in (1, 2):
+            page.wait_for_selector("#task-view:not([hidden])")
+            meta = page.text_content("#task-meta")
+            page.click("#prompt")
+            for key in "531":
+                page.keyboard.press(key)
+            assert [page.is_checked(f"#score-{k}-{v}") for k, v in zip("ABC", (5, 3, 1))] == [True] * 3, n
+            assert page.input_value("#note") == ""  # no score key typed into the note
+            page.click("#ranking-fill")
+            page.click("#note")
+            page.keyboard.type(f"第{n}题备注")
+            with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/submit")) as sent:
+                page.keyboard.press("Control+Enter")
+            assert sent.value.post_data_json["note"] == f"第{n}题备注"
+            if n == 1:
+                page.wait_for_function("m => document.getElementById('task-meta').textContent !== m", arg=meta)
+                assert page.evaluate("document.activeElement.id") == "response-A"
+        page.wait_for_selector("#empty-view:not([hidden])")

@@ -149,13 +149,14 @@ def check_export(url: str, folder: Path, rows: list[dict]) -> list[dict]:
 
 def test_workflow_on_postgres(postgres_url: str, tmp_path: Path):
     from cheems.annotate.app import create_app
+    from cheems.annotate.settings import WorkflowSettings
 
     url = create_database(postgres_url, "workflow")
     rows = prompt_rows(5, seed=3)  # 25 triple tasks; the fifth prompt is a chat
     prepare_database(url, write_prompts(tmp_path / "prompts.jsonl", 5, seed=3), ["甲"], overlap=2)
     annotate_cli("add-user", "乙", "--role", "annotator", "--password-stdin", "--db", url, stdin=PASSWORD + "\n")
     truth = truth_by_content(rows)
-    app = create_app(url)
+    app = create_app(url, WorkflowSettings(alignment_min_shared=1))  # the first disagreements align
     with contextlib.ExitStack() as stack:
         jia, yi, admin = (Annotator(stack.enter_context(fastapi_testclient.TestClient(app)), name)
                           for name in ("甲", "乙", "admin"))

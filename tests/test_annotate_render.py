@@ -195,3 +195,24 @@ def test_property_random_dangerous_mixes_are_inert(text):
 def test_empty_and_whitespace_input():
     assert render_markdown("") == ""
     assert render_markdown("   \n\n  ").strip() == ""
+
+
+def test_the_pages_use_installed_cjk_fonts_and_ship_none():
+    """The font stack names the CJK fonts of common Linux desktops after the macOS and Windows ones;
+    the app ships no font file, declares no @font-face and loads nothing from elsewhere."""
+    from pathlib import Path
+
+    import cheems.annotate
+
+    static = Path(cheems.annotate.__file__).with_name("static")
+    assert {p.suffix for p in static.iterdir()} <= {".html", ".js", ".css"}
+    css = (static / "style.css").read_text(encoding="utf-8")
+    stack = re.search(r":root\s*\{[^}]*?font-family:([^;]+);", css, re.S).group(1)
+    fonts = [f.strip().strip('"') for f in stack.split(",")]
+    for name in ("Noto Sans CJK SC", "WenQuanYi Micro Hei", "Source Han Sans SC", "PingFang SC", "Microsoft YaHei"):
+        assert name in fonts, name
+    assert fonts[-1] == "sans-serif"
+    for page in static.iterdir():
+        text = page.read_text(encoding="utf-8")
+        assert "@font-face" not in text and "url(" not in text and "fonts.googleapis" not in text, page.name
+        assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), page.name

@@ -10,33 +10,38 @@ the handlers hold no state between requests, so several server processes can sha
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
-from fastapi import Body, FastAPI, Request
+from fastapi import Body, Depends, FastAPI, Path as PathParam, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
-from cheems.annotate import auth, dashboard, workflow
+from cheems.annotate import auth, dashboard, progress, workflow
 from cheems.annotate.db import User, make_engine, schema_is_current, session_factory
+from cheems.annotate.guard import Guard
+from cheems.annotate.inputs import MAX_ID, BadInput, check_text
 from cheems.annotate.workflow import WorkflowError, WorkflowSettings
 from cheems.records import CheemsInputError
 
-__all__ = ["COOKIE", "MAX_BODY_BYTES", "Work", "create_app"]
+__all__ = ["COOKIE", "Work", "create_app"]
 
 COOKIE = "cheems_session"
 STATIC = Path(__file__).with_name("static")
-MAX_BODY_BYTES = 1 << 20  # an answer with notes is a few KiB
-SECURITY_HEADERS = {
-    # responses are rendered HTML from untrusted text: no inline script may ever run, and the
-    # page loads nothing from elsewhere (images in responses included)
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-                               "img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
+# a database id in a path: 1 to the largest INTEGER (422 naming the parameter otherwise)
+Id = Annotated[int, PathParam(ge=1, le=MAX_ID)]
+
+
+def json_body(payload: Any = Body(None)) -> Any:
+    """The request's JSON body, every text in it storable (a lone surrogate or NUL: 422 naming the field)."""
+    return check_text(payload)
+
+
+Payload = Annotated[Any, Depends(json_body)]
 
 
 def _with_html(view: dict) -> dict:
@@ -59,11 +64,14 @@ def create_app(db_url: str, settings: WorkflowSettings = WorkflowSettings(), *, 
     app = FastAPI(title="cheems annotate", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
     app.state.secure_cookies = secure_cookies
+    app.add_middleware(Guard)
     work = Work(session_factory(engine), serialise=engine.dialect.name == "sqlite")
     _errors(app)
     _pages(app)
     _session_routes(app, work)
-    _work_routes(app, work, settings)
+    _task_routes(app, work, settings)
+    _alignment_routes(app, work, settings)
+    _review_routes(app, work, settings)
     return app
 
 
@@ -73,7 +81,8 @@ class Work:
     transaction left open between FastAPI's dependency and endpoint calls would hold SQLite's
     write lock while the request waits for a second worker thread; with every worker thread so
     waiting, nothing moves.) On SQLite the work of this process is also taken in turn under one
-    lock, so concurrent writers queue here instead of sleeping in SQLite's busy handler."""
+    lock, so concurrent writers queue here instead of sleeping in SQLite's busy handler. The
+    user's id goes to ``request.state.user_id`` for the access log."""
 
     def __init__(self, sessions, *, serialise: bool):
         self.sessions = sessions
@@ -100,34 +109,39 @@ class Work:
         if found is None:
             raise WorkflowError(401, "not logged in")
         ws, user = found
+        request.state.user_id = user.id
         if request.method == "POST" and not auth.check_csrf(ws, request.headers.get("x-csrf-token")):
             raise WorkflowError(403, "missing or wrong X-CSRF-Token header")
         if roles and user.role not in roles:
-            raise WorkflowError(403, f"this needs the role {' or '.join(roles)}")
+            raise WorkflowError(403, f"this needs the role {' or '.join(roles)}", field="role")
         return user
+
+
+def _refusal(status: int, detail: str, field: str | None) -> Response:
+    """A 4xx as JSON ``{"detail", "field"}``; ASCII escapes, so no text in a message can fail to encode."""
+    body = json.dumps({"detail": detail, "field": field}, ensure_ascii=True)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(WorkflowError)
     async def refused(_request: Request, e: WorkflowError):
-        return JSONResponse({"detail": e.detail, "field": e.field}, status_code=e.status)
+        return _refusal(e.status, e.detail, e.field)
+
+    @app.exception_handler(BadInput)
+    async def unstorable(_request: Request, e: BadInput):
+        return _refusal(422, str(e), e.field)
 
     @app.exception_handler(RequestValidationError)
     async def malformed(_request: Request, e: RequestValidationError):
         first = e.errors()[0] if e.errors() else {}
-        where = ".".join(str(x) for x in first.get("loc", ()) if x != "body") or "body"
-        return JSONResponse({"detail": f"{where}: {first.get('msg', 'malformed request')}", "field": where},
-                            status_code=422)
+        where = ".".join(str(x) for x in first.get("loc", ()) if x not in ("body", "path", "query")) or "body"
+        return _refusal(422, f"{where}: {first.get('msg', 'malformed request')}", where)
 
-    @app.middleware("http")
-    async def headers(request: Request, call_next):
-        size = request.headers.get("content-length", "0")
-        if not size.isdigit() or int(size) > MAX_BODY_BYTES:
-            return JSONResponse({"detail": f"body: larger than {MAX_BODY_BYTES // 1024} KiB", "field": "body"},
-                                status_code=413, headers=SECURITY_HEADERS)
-        response = await call_next(request)
-        response.headers.update(SECURITY_HEADERS)
-        return response
+    @app.exception_handler(HTTPException)
+    async def http_error(_request: Request, e: HTTPException):  # unknown route, wrong method, unparsable body
+        field = "body" if e.status_code == 400 else None
+        return _refusal(e.status_code, str(e.detail), field)
 
 
 def _pages(app: FastAPI) -> None:
@@ -150,7 +164,7 @@ def _pages(app: FastAPI) -> None:
 
 def _session_routes(app: FastAPI, work: Work) -> None:
     @app.post("/api/login")
-    def login(response: Response, payload: Any = Body(None)):
+    def login(request: Request, response: Response, payload: Payload):
         if not isinstance(payload, dict):
             raise WorkflowError(422, "body: must be an object {username, password}", field="body")
         s = work.sessions()
@@ -161,6 +175,7 @@ def _session_routes(app: FastAPI, work: Work) -> None:
         if found is None:
             raise WorkflowError(401, "wrong user name or password")
         token, ws, user = found
+        request.state.user_id = user.id
         response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/",
                             max_age=auth.SESSION_HOURS * 3600, secure=app.state.secure_cookies)
         return {"csrf_token": ws.csrf_token, "username": user.name, "role": user.role}
@@ -176,57 +191,66 @@ def _session_routes(app: FastAPI, work: Work) -> None:
         return work(request, lambda s, user: {"username": user.name, "role": user.role,
                                                "categories": user.categories})
 
+    @app.get("/api/progress")
+    def my_progress(request: Request):
+        return work(request, progress.progress_of)
 
-def _work_routes(app: FastAPI, work: Work, settings: WorkflowSettings) -> None:
-    def shown(view: dict | None):
-        return Response(status_code=204) if view is None else _with_html(view)
 
+def _shown(view: dict | None):
+    return Response(status_code=204) if view is None else _with_html(view)
+
+
+def _task_routes(app: FastAPI, work: Work, settings: WorkflowSettings) -> None:
     def next_task_view(s, user):
         found = workflow.next_task(s, user, settings)
         return None if found is None else workflow.task_view(s, found[0], found[1].shown_order)
 
     @app.get("/api/tasks/next")
-    def next_task(request: Request):
-        return shown(work(request, next_task_view))
+    def next_task(request: Request):  # only annotators are handed tasks: opening a page claims nothing else
+        return _shown(work(request, next_task_view, "annotator"))
 
     @app.post("/api/tasks/{task_id}/submit", status_code=201)
-    def submit(request: Request, task_id: int, payload: Any = Body(None)):
+    def submit(request: Request, task_id: Id, payload: Payload):
         return work(request, lambda s, user: {"annotation_id": workflow.submit(s, user, task_id, payload,
                                                                                 settings).id})
 
+
+def _alignment_routes(app: FastAPI, work: Work, settings: WorkflowSettings) -> None:
     @app.get("/api/alignment/next")
     def next_alignment(request: Request):
-        return shown(work(request, lambda s, user: workflow.next_alignment(s, user)))
+        return _shown(work(request, lambda s, user: workflow.next_alignment(s, user)))
 
     @app.post("/api/alignment/{task_id}")
-    def align(request: Request, task_id: int, payload: Any = Body(None)):
+    def align(request: Request, task_id: Id, payload: Payload):
         return work(request, lambda s, user: {"state": workflow.align(s, user, task_id, payload, settings)})
 
     @app.post("/api/alignment/{task_id}/escalate")
-    def escalate(request: Request, task_id: int):
+    def escalate(request: Request, task_id: Id):
         return work(request, lambda s, user: {"state": workflow.escalate(s, user, task_id)})
-
-    @app.get("/api/review/next")
-    def next_review(request: Request):
-        return shown(work(request, lambda s, user: workflow.next_review(s, user, settings), "reviewer", "admin"))
-
-    @app.post("/api/review/{item_id}")
-    def review(request: Request, item_id: int, payload: Any = Body(None)):
-        def decide(s, user):
-            if not isinstance(payload, dict):
-                raise WorkflowError(422, "body: must be an object {verdict, note}", field="body")
-            item = workflow.review(s, user, item_id, payload.get("verdict"), payload.get("note", ""), settings)
-            return {"item_id": item.id, "verdict": item.verdict}
-        return work(request, decide, "reviewer", "admin")
 
     @app.get("/api/escalations")
     def escalations(request: Request):
         return [_with_html(v) for v in work(request, lambda s, user: workflow.escalations(s), "admin")]
 
     @app.post("/api/escalations/{task_id}")
-    def decide(request: Request, task_id: int, payload: Any = Body(None)):
+    def decide(request: Request, task_id: Id, payload: Payload):
         return work(request, lambda s, user: {
             "annotation_id": workflow.resolve_escalation(s, user, task_id, payload).id}, "admin")
+
+
+def _review_routes(app: FastAPI, work: Work, settings: WorkflowSettings) -> None:
+    @app.get("/api/review/next")
+    def next_review(request: Request):
+        return _shown(work(request, lambda s, user: workflow.next_review(s, user, settings), "reviewer", "admin"))
+
+    @app.post("/api/review/{item_id}")
+    def review(request: Request, item_id: Id, payload: Payload):
+        def decide(s, user):
+            if not isinstance(payload, dict):
+                raise WorkflowError(422, "body: must be an object {verdict, note}", field="body")
+            item = workflow.review(s, user, item_id, payload.get("verdict"), payload.get("note", ""), settings)
+            return {"item_id": item.id, "verdict": item.verdict}
+        return work(request, decide, "reviewer", "admin")
 
     @app.get("/api/stats")
     def stats(request: Request):

@@ -147,7 +147,7 @@ def _spans(spans: Any, contents: Mapping[str, str]) -> list[dict]:
         if not isinstance(s, Mapping):
             raise SubmissionError(where, "must be an object {key, start, end, note}")
         key = s.get("key")
-        if key not in contents:
+        if not isinstance(key, str) or key not in contents:
             raise SubmissionError(f"{where}.key", f"no response {key!r} in this task")
         start, end = s.get("start"), s.get("end")
         n = len(contents[key])

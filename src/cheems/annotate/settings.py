@@ -22,6 +22,8 @@ class WorkflowSettings:
     agreement_bar: float = setting(0.9, min=0, max=1, help="Pairs of annotators whose agreement over recent "
                                    "shared tasks is below this align their disagreements")
     agreement_window: int = setting(20, min=1, help="Their most recent shared tasks that count for agreement")
+    alignment_min_shared: int = setting(10, min=1, help="Tasks a pair of annotators must share before their "
+                                        "agreement can send disagreements to alignment")
     review_rate: float = setting(0.3, min=0, max=1, help="Share sampled at each review stage")
     review_stages: int = setting(2, min=0, help="Cascading review stages")
     claim_timeout_s: float = setting(1800.0, gt=0, help="Seconds before an abandoned task is handed to someone else")

@@ -5,12 +5,14 @@ Paper §3.2 and Appendix D: each task goes to ``overlap`` annotators (default 2)
 one person, double-blind (each sees the responses in an order of their own under the letters A,
 B, C). When the last of them submits, the task's agreement is the share of its three pairs on
 which they agree; a disagreement goes to alignment when the annotator pair's agreement over their
-recent shared tasks is below the bar (default 90%): both see each other's answer and answer again;
-answers that still differ are escalated to an admin. Settled tasks are sampled for review (default
-30%), single-blind, in cascading stages: each stage samples again from what the last accepted. A
-rejected answer is dropped and its task goes back to the queue for one more annotator. Gold tasks
-(with a known ranking) are mixed into the hand-out and score each annotator; planted gold answers
-(one right, one reversed) are mixed into the review stream and score each reviewer.
+recent shared tasks is below the bar (default 90%), once they share enough tasks for that figure
+to mean something (default 10; earlier disagreements settle as they are): both see each other's
+answer and answer again; answers that still differ are escalated to an admin. Settled tasks are
+sampled for review (default 30%), single-blind, in cascading stages: each stage samples again
+from what the last accepted. A rejected answer is dropped and its task goes back to the queue
+for one more annotator. Gold tasks (with a known ranking) are mixed into the hand-out and score
+each annotator; planted gold answers (one right, one reversed) are mixed into the review stream
+and score each reviewer.
 
 Every step is one short transaction. Counters change only through conditional ``UPDATE``s whose
 row count says who won, and the unique constraints of `cheems.annotate.db` refuse doubles, so
@@ -323,22 +325,30 @@ def _settle_first_round(session: Session, task: Task, settings: WorkflowSettings
     answers = current_answers(session, task.id)
     task.agreement = _mean_agreement(answers)
     needs_alignment = task.agreement < 1 and any(
-        _recent_agreement(session, a.user_id, b.user_id, settings.agreement_window) < settings.agreement_bar
-        for a, b in itertools.combinations(answers, 2))
+        _pair_below_bar(session, a.user_id, b.user_id, settings) for a, b in itertools.combinations(answers, 2))
     if needs_alignment:
         task.state = "aligning"
     else:
         _done(session, task, answers, settings)
 
 
-def _recent_agreement(session: Session, u1: int, u2: int, window: int) -> float:
-    """Mean agreement of two annotators over their most recent shared tasks (up to ``window``)."""
+def _pair_below_bar(session: Session, u1: int, u2: int, settings: WorkflowSettings) -> bool:
+    """Whether two annotators who share at least ``alignment_min_shared`` tasks (this one included)
+    agree less than the bar over their most recent ones; too few shared tasks say nothing yet."""
+    shared, mean = _recent_agreement(session, u1, u2, settings.agreement_window)
+    return shared >= settings.alignment_min_shared and mean < settings.agreement_bar
+
+
+def _recent_agreement(session: Session, u1: int, u2: int, window: int) -> tuple[int, float]:
+    """How many tasks two annotators share (with an agreement), and their mean agreement over the
+    most recent ``window`` of them."""
     a1, a2 = Annotation.__table__.alias("a1"), Annotation.__table__.alias("a2")
-    rows = session.execute(select(Task.agreement).select_from(Task).join(a1, and_(
+    shared = select(Task.agreement).select_from(Task).join(a1, and_(
         a1.c.task_id == Task.id, a1.c.user_id == u1, a1.c.phase == "first")).join(a2, and_(
-            a2.c.task_id == Task.id, a2.c.user_id == u2, a2.c.phase == "first")).where(
-        Task.agreement.is_not(None)).order_by((a1.c.id + a2.c.id).desc()).limit(window)).scalars().all()
-    return sum(rows) / len(rows) if rows else 1.0
+            a2.c.task_id == Task.id, a2.c.user_id == u2, a2.c.phase == "first")).where(Task.agreement.is_not(None))
+    total = session.scalar(select(func.count()).select_from(shared.subquery())) or 0
+    rows = session.execute(shared.order_by((a1.c.id + a2.c.id).desc()).limit(window)).scalars().all()
+    return total, (sum(rows) / len(rows) if rows else 1.0)
 
 
 def _done(session: Session, task: Task, answers: list[Annotation], settings: WorkflowSettings) -> None:

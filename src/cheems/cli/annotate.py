@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from cheems.annotate.settings import ServerSettings, WorkflowSettings
-from cheems.cli.console import err, out, print_skipped, reports_input_errors
+from cheems.cli.console import out, print_skipped, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.records import CheemsInputError
 
@@ -129,17 +129,25 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
                 names={"claim_timeout_s": "--claim-timeout"})
 def serve(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow_flags: dict = None,
           server_flags: dict = None):
-    """Run the web app: annotators at http://HOST:PORT/, the dashboard at /dashboard."""
+    """Run the web app: annotators at http://HOST:PORT/, the dashboard at /dashboard.
+
+    Prints one line when it is ready, then one access line per request (method, path, status,
+    milliseconds, user id) to stderr."""
     from cheems.annotate.app import create_app
+    from cheems.annotate.server import log_to, run
 
     workflow = build_settings(WorkflowSettings, workflow_flags)
     server = build_settings(ServerSettings, server_flags)
     _need_extra()
-    import uvicorn
-
     app = create_app(_db_url(db), workflow, secure_cookies=server.secure_cookies)
-    err.print(f"cheems annotate: http://{server.host}:{server.port}/  (dashboard: /dashboard; Ctrl+C stops)")
-    uvicorn.run(app, host=server.host, port=server.port, log_level="warning", timeout_graceful_shutdown=5)
+    log_to(sys.stderr)
+    run(app, server.host, server.port, on_ready=_say_ready)
+
+
+def _say_ready(r: dict) -> None:
+    hint = " (add accounts with `cheems annotate add-user` first)" if not r["users"] else ""
+    print(f"cheems annotate: ready at {r['url']} (dashboard: {r['url']}dashboard); database {r['database']}; "
+          f"{r['users']} users{hint}; Ctrl+C stops", file=sys.stderr, flush=True)
 
 
 @annotate_app.command("status")

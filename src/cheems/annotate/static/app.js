@@ -129,6 +129,7 @@ function signedOut(message, kind) {
   sessionStorage.removeItem(CSRF_KEY);
   S.me = null;
   $('nav').hidden = true;
+  $('progress').hidden = true;
   $('logout').hidden = true;
   $('whoami').textContent = '';
   showView('login-view');
@@ -158,19 +159,38 @@ async function logout() {
 
 const ROLE_TEXT = { annotator: '标注员', reviewer: '审核员', admin: '管理员' };
 
+// Only annotators are handed tasks: reviewers and admins land on the review queue, so opening
+// the page never claims (and holds) an annotation task for them.
 function afterLogin(me) {
   S.me = me;
   $('whoami').textContent = `${me.username}（${ROLE_TEXT[me.role] || me.role}）`;
   $('logout').hidden = false;
   $('nav').hidden = false;
-  const reviewer = me.role === 'reviewer' || me.role === 'admin';
-  $('nav-review').hidden = !reviewer;
+  const annotator = me.role === 'annotator';
+  $('nav-review').hidden = annotator;
   $('nav-escalations').hidden = me.role !== 'admin';
   $('nav-dashboard').hidden = me.role !== 'admin';
-  $('nav-task').hidden = me.role === 'reviewer';
-  $('nav-alignment').hidden = me.role === 'reviewer';
-  if (me.role === 'reviewer') loadReview();
-  else loadTask();
+  $('nav-task').hidden = !annotator;
+  $('nav-alignment').hidden = !annotator;
+  $('progress').hidden = !annotator;
+  if (annotator) loadTask();
+  else loadReview();
+}
+
+// ------------------------------------------------------------------ the annotator's progress
+
+async function loadProgress() {
+  if (!S.me || S.me.role !== 'annotator') return;
+  const r = await api('GET', '/api/progress');
+  if (!r.ok || !r.data) return;
+  const p = r.data;
+  $('progress-today').textContent = p.done_today;
+  $('progress-total').textContent = p.done_total;
+  $('progress-left').textContent = p.queue_left;
+  $('progress-align').textContent = p.alignment_waiting;
+  const badge = $('alignment-badge');
+  badge.textContent = p.alignment_waiting;
+  badge.hidden = !p.alignment_waiting;
 }
 
 // ------------------------------------------------------------------ guidelines
@@ -217,6 +237,7 @@ async function loadNext(path, tab, empty, failure, reload, render) {
 }
 
 async function loadTask() {
+  loadProgress();
   return loadNext('/api/tasks/next', 'nav-task',
     '没有待标注的任务了，辛苦了！如有需要对齐的任务，请到“对齐”页查看。', '获取任务失败', loadTask,
     (data) => renderForm(data, 'task', null));
@@ -249,6 +270,15 @@ function renderForm(task, mode, prefill) {
   refreshChecks();
   renderSpanList();
   window.scrollTo(0, 0);
+  focusTask();
+}
+
+// Keyboard focus back on the task (the active response), out of any text field of the last one:
+// after Ctrl+Enter from the note box the score keys must score the next task, not type into it.
+function focusTask() {
+  const card = $(`response-${S.active}`);
+  if (card) card.focus({ preventScroll: true });
+  else if (document.activeElement && document.activeElement.blur) document.activeElement.blur();
 }
 
 function metaText(id, category) {
@@ -270,6 +300,7 @@ function renderResponses(box, responses, prefix, withScores) {
     const card = $('response-template').content.firstElementChild.cloneNode(true);
     card.id = `${prefix}response-${k}`;
     card.dataset.key = k;
+    card.tabIndex = -1;
     card.querySelector('.response-title').textContent = `回答 ${k}`;
     const rendered = card.querySelector('.rendered');
     rendered.id = `${prefix}html-${k}`;
@@ -644,6 +675,7 @@ async function escalate() {
 // ------------------------------------------------------------------ alignment and escalation
 
 async function loadAlignment() {
+  loadProgress();
   return loadNext('/api/alignment/next', 'nav-alignment', '没有需要对齐的任务。', '获取对齐任务失败', loadAlignment,
     (data) => { renderForm(data, 'alignment', data.mine); renderAlignPanel(data); });
 }
