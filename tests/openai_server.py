@@ -15,6 +15,9 @@ the ``openai`` package parses. What it answers is a ``script``: a function of th
   (model, seed, temperature, last user message), so equal requests get equal answers.
 - ``by_model``: one script per ``body["model"]``, so one server plays several models.
 - ``failing``: always answers with one error status.
+- ``huge_when``: wraps a script so requests whose user text holds a marker get a chat
+  completion of ``size`` bytes (50 MB by default), written piece by piece with or without a
+  Content-Length; ``bytes_sent`` counts what the server got onto the socket of those.
 
 ``latency`` delays every reply (simulated model time). ``requests`` counts the requests
 received, ``calls`` keeps them. Use it as a context manager or call ``stop()``.
@@ -66,6 +69,8 @@ class Reply:
     headers: dict = field(default_factory=dict)
     finish_reason: str = "stop"
     raw: bytes | None = None
+    size: int | None = None  # a chat completion padded to this many bytes, sent piece by piece
+    declare_length: bool = True  # with size: send Content-Length (else chunked transfer encoding)
 
 
 Script = Callable[[Call], Reply]
@@ -140,6 +145,23 @@ def by_model(scripts: dict[str, Script]) -> Script:
     return dispatch
 
 
+HUGE = 50 * 1024 * 1024
+
+
+def huge_when(marker: str, script: Script, *, size: int = HUGE, declare_length: bool = True,
+              status: int = 200) -> Script:
+    """``script``, except that a request whose user text holds ``marker`` is answered with a
+    body of ``size`` bytes: a chat completion (or, with another ``status``, an error) whose
+    text is padding."""
+
+    def maybe_huge(call: Call) -> Reply:
+        if marker in call.user_text:
+            return Reply(status=status, size=size, declare_length=declare_length)
+        return script(call)
+
+    return maybe_huge
+
+
 def failing(status: int) -> Script:
     """A script that answers every request with ``status``."""
 
@@ -157,6 +179,7 @@ class JudgeServer:
         self.script = script
         self.latency = latency
         self.calls: list[Call] = []
+        self.bytes_sent = 0  # of the sized (huge) replies, what went onto the socket
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         owner = self
@@ -184,6 +207,9 @@ class JudgeServer:
                 if reply.raw is not None:
                     self._send(reply.status, reply.raw, reply.headers)
                     return
+                if reply.size is not None:
+                    self._send_sized(reply, body.get("model", "fake"), call.index)
+                    return
                 if reply.status != 200:
                     kind = "rate_limit_error" if reply.status == 429 else "server_error"
                     self._send(reply.status, {"error": {"message": reply.text, "type": kind, "code": None}},
@@ -204,6 +230,36 @@ class JudgeServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout): nothing to do
+
+            def _send_sized(self, reply: Reply, model: str, index: int) -> None:
+                """A body of exactly ``reply.size`` bytes, 64 KiB at a time, until the client hangs up."""
+                if reply.status == 200:
+                    head, tail = json.dumps(completion(model, "\0", index)).encode().split(b"\\u0000")
+                else:
+                    head, tail = b'{"error": {"type": "server_error", "message": "', b'"}}'
+                pad = reply.size - len(head) - len(tail)
+                self.close_connection = True
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/json")
+                    if reply.declare_length:
+                        self.send_header("Content-Length", str(reply.size))
+                    else:
+                        self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    piece = b"x" * 65536
+                    parts = [head] + [piece] * (pad // len(piece)) + [piece[:pad % len(piece)], tail]
+                    for part in parts:
+                        if owner._stopping.is_set():
+                            return
+                        self.wfile.write(part if reply.declare_length else
+                                         b"%x\r\n%s\r\n" % (len(part), part) if part else b"")
+                        with owner._lock:
+                            owner.bytes_sent += len(part)
+                    if not reply.declare_length:
+                        self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client stopped reading: what it was meant to do
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True

@@ -30,7 +30,7 @@ import orjson
 from cheems.io import process_alive
 from cheems.records import CheemsInputError
 
-__all__ = ["ReplyCache", "default_cache_path"]
+__all__ = ["ReplyCache", "cache_folder", "default_cache_path"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS replies (
@@ -52,19 +52,22 @@ CREATE TABLE IF NOT EXISTS claims (
 HOST = socket.gethostname()
 
 
-def default_cache_path() -> Path:
-    """Where the judge cache lives unless told otherwise.
-
-    ``$CHEEMS_CACHE_DIR/judge.sqlite``, else ``$XDG_CACHE_HOME/cheems/judge.sqlite``, else
-    ``~/.cache/cheems/judge.sqlite``. Empty variables count as unset.
-    """
+def cache_folder() -> Path:
+    """The user cache folder of cheems (the judge and sample reply caches, the model
+    fingerprint cache): ``$CHEEMS_CACHE_DIR``, else ``$XDG_CACHE_HOME/cheems``, else
+    ``~/.cache/cheems``. Empty variables count as unset. Not created here."""
     folder = os.environ.get("CHEEMS_CACHE_DIR")
     if folder:
-        return Path(folder).expanduser() / "judge.sqlite"
+        return Path(folder).expanduser()
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg:
-        return Path(xdg).expanduser() / "cheems" / "judge.sqlite"
-    return Path.home() / ".cache" / "cheems" / "judge.sqlite"
+        return Path(xdg).expanduser() / "cheems"
+    return Path.home() / ".cache" / "cheems"
+
+
+def default_cache_path() -> Path:
+    """Where the judge cache lives unless told otherwise: ``judge.sqlite`` in :func:`cache_folder`."""
+    return cache_folder() / "judge.sqlite"
 
 
 class ReplyCache:

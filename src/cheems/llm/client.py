@@ -9,6 +9,13 @@ whose body is not a chat completion with a string ``content`` (not JSON, no ``ch
 ``RetryPolicy.retry_malformed`` says so; its error quotes the raw body (shortened). Only a
 good reply is returned, so nothing else is ever cached or used as an answer.
 
+Replies are bounded: a body longer than ``RetryPolicy.max_reply_bytes`` (declared in a
+``Content-Length`` header or counted as it arrives) fails that request at once with "reply over
+N bytes", and no more than that is read from the socket. The cap sits on the HTTP client
+(:func:`open_client` wraps each response's byte stream before its body is read), so it holds
+for error bodies too; the decoded body is counted again as it is read, so a compressed reply
+cannot grow past the cap either.
+
 Given a :class:`~cheems.llm.cache.ReplyCache`, :func:`ask` looks the key up right before each
 request, inside the concurrency gate (another run sharing the file may have answered it
 meanwhile), claims it while asking, and stores the reply before giving the claim back.
@@ -19,7 +26,9 @@ meanwhile), claims it while asking, and stores the reply before giving the claim
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -29,9 +38,9 @@ from cheems.llm.cache import ReplyCache
 from cheems.records import CheemsInputError
 from cheems.settings import setting
 
-__all__ = ["RETRY_STATUSES", "ChatReply", "MalformedReply", "RequestFailed", "RetryPolicy", "ask", "cached_reply",
-           "open_client", "read_chat_reply", "require_openai", "run_all", "short_error",
-           "shorten"]
+__all__ = ["RETRY_STATUSES", "ChatReply", "MalformedReply", "ReplyTooLarge", "RequestFailed", "RetryPolicy", "ask",
+           "cap_reply", "cached_reply", "open_client", "read_capped", "read_chat_reply", "require_openai", "run_all",
+           "short_error", "shorten"]
 
 RETRY_STATUSES = frozenset({408, 429})  # and every 5xx
 CLAIM_POLL_S = (0.02, 1.0)  # first and longest wait for a key another run is asking for
@@ -49,6 +58,8 @@ class RetryPolicy:
     max_backoff: float = setting(30.0, min=0, help="Cap of one retry delay (also of a server's Retry-After)")
     retry_malformed: bool = setting(True, help="Retry a reply that is no chat completion with text content, "
                                     "as a 5xx is retried (False: it fails at once)")
+    max_reply_bytes: int = setting(512 * 1024, min=1024, help="Longest reply body in bytes; a longer reply fails "
+                                   "its item at once, read no further and never cached")
 
     def delay(self, attempt: int, jitter: random.Random, retry_after: float | None = None) -> float:
         """Seconds to wait before retry ``attempt + 1``."""
@@ -65,6 +76,15 @@ class RetryPolicy:
 
 class RequestFailed(Exception):
     """A request that failed for good (after its retries, or at once for a 4xx)."""
+
+
+class ReplyTooLarge(Exception):
+    """A reply body longer than ``limit`` bytes (``declared``: its Content-Length, when it said)."""
+
+    def __init__(self, limit: int, declared: int | None = None):
+        self.limit, self.declared = limit, declared
+        said = f" ({declared} declared)" if declared is not None else ""
+        super().__init__(f"reply over {limit} bytes{said}")
 
 
 class MalformedReply(Exception):
@@ -92,9 +112,62 @@ def require_openai(what: str):
 
 
 def open_client(api_base: str, api_key: str, policy: RetryPolicy, *, what: str = "the LLM judge"):
-    """An ``openai.AsyncOpenAI`` client for ``api_base`` that leaves retrying to :func:`ask`."""
+    """An ``openai.AsyncOpenAI`` client for ``api_base`` that leaves retrying to :func:`ask` and
+    reads no reply body past ``policy.max_reply_bytes`` (:func:`cap_reply` on every response)."""
     openai = require_openai(what)
-    return openai.AsyncOpenAI(base_url=api_base, api_key=api_key, timeout=policy.timeout, max_retries=0)
+    limit = policy.max_reply_bytes
+
+    async def capped(response) -> None:
+        cap_reply(response, limit)
+
+    http = openai.DefaultAsyncHttpxClient(event_hooks={"response": [capped]})
+    return openai.AsyncOpenAI(base_url=api_base, api_key=api_key, timeout=policy.timeout, max_retries=0,
+                              http_client=http)
+
+
+def cap_reply(response, limit: int) -> None:
+    """Bound an HTTP response whose body is not read yet (an httpx ``response`` event hook):
+    raise :class:`ReplyTooLarge` now when its Content-Length is over ``limit``, else wrap its
+    byte stream so that reading raises it as soon as more than ``limit`` bytes arrived."""
+    declared = response.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > limit:
+        raise ReplyTooLarge(limit, int(declared))
+    response.stream = _capped_stream_class(_http_package(response).AsyncByteStream)(response.stream, limit)
+
+
+@functools.cache
+def _capped_stream_class(base: type) -> type:
+    """A byte stream (subclass of the HTTP package's ``AsyncByteStream``, which responses
+    require) that passes chunks on until more than ``limit`` bytes came, then raises."""
+
+    class CappedStream(base):
+        def __init__(self, inner, limit: int):
+            self.inner, self.limit = inner, limit
+
+        async def __aiter__(self):
+            seen = 0
+            async for chunk in self.inner:
+                seen += len(chunk)
+                if seen > self.limit:
+                    raise ReplyTooLarge(self.limit)
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return CappedStream
+
+
+async def read_capped(chunks, limit: int) -> bytes:
+    """The bytes of an async iterator of chunks, or :class:`ReplyTooLarge` once more than
+    ``limit`` came (what is left is not read)."""
+    parts, seen = [], 0
+    async for chunk in chunks:
+        seen += len(chunk)
+        if seen > limit:
+            raise ReplyTooLarge(limit)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def run_all(coroutines) -> None:
@@ -223,8 +296,12 @@ async def _send(client, messages: list[dict], model: str, sampling: dict[str, An
     import openai
 
     try:
-        raw = await client.chat.completions.with_raw_response.create(model=model, messages=messages, **sampling)
-        return read_chat_reply(raw.http_response.content), "", None
+        async with client.chat.completions.with_streaming_response.create(model=model, messages=messages,
+                                                                          **sampling) as raw:
+            body = await _read_body(raw, policy.max_reply_bytes)
+        return read_chat_reply(body), "", None
+    except ReplyTooLarge as e:  # never retried: the same endpoint would send it again
+        raise RequestFailed(str(e)) from None
     except openai.APIStatusError as e:
         failure = f"HTTP {e.status_code}: {short_error(e)}"
         if e.status_code not in RETRY_STATUSES and e.status_code < 500:
@@ -233,6 +310,8 @@ async def _send(client, messages: list[dict], model: str, sampling: dict[str, An
     except openai.APITimeoutError:
         return None, f"timed out after {policy.timeout:g} s", None
     except openai.APIConnectionError as e:
+        if isinstance(e.__cause__, ReplyTooLarge):  # SDKs that wrap what the HTTP client raised
+            raise RequestFailed(str(e.__cause__)) from None
         return None, f"connection error: {short_error(e)}", None
     except MalformedReply as e:
         if not policy.retry_malformed:
@@ -240,6 +319,25 @@ async def _send(client, messages: list[dict], model: str, sampling: dict[str, An
         return None, str(e), None
     except Exception as e:  # anything else the client could not handle: not worth retrying
         raise RequestFailed(f"{type(e).__name__}: {short_error(e)}") from None
+
+
+async def _read_body(raw, limit: int) -> bytes:
+    """The decoded body of a streamed SDK response, at most ``limit`` bytes; the HTTP package's
+    timeouts and transport errors while it arrives become the SDK's, as when the SDK reads it."""
+    import openai
+
+    http = _http_package(raw.http_response)
+    try:
+        return await read_capped(raw.iter_bytes(), limit)
+    except http.TimeoutException as e:
+        raise openai.APITimeoutError(request=raw.http_response.request) from e
+    except http.TransportError as e:
+        raise openai.APIConnectionError(request=raw.http_response.request) from e
+
+
+def _http_package(response):
+    """The module of an HTTP response: ``httpx``, or ``httpx2`` that newer openai SDKs use."""
+    return sys.modules[type(response).__module__.partition(".")[0]]
 
 
 def short_error(e: Exception, limit: int = 200) -> str:
