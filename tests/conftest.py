@@ -25,6 +25,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -37,6 +38,10 @@ import pytest
 from typer.testing import CliRunner
 
 pytest_plugins = ["tests.tiny_models"]
+
+# Caches the code writes by default (judge replies, model fingerprints) go to a folder of this test
+# session, never into the user's ~/.cache; tests of the default location set the variable themselves.
+os.environ.setdefault("CHEEMS_CACHE_DIR", tempfile.mkdtemp(prefix="cheems-test-cache-"))
 
 # A real process that runs longer than this has hung: a safety net, never a measure of speed.
 HANG_TIMEOUT_S = 600

@@ -12,16 +12,14 @@ import pytest
 
 from tests.conftest import run_cli_in, write_jsonl_rows
 from tests.test_cli import assert_one_line_error
-from tests.tiny_models import copy_checkpoint
+from tests.tiny_models import ranked_folder_with_model
 
 
 @pytest.fixture(scope="module")
 def work(tmp_path_factory, sample_annotations, cli_tiny_model) -> Path:
     """The ranked sample benchmark and, as ``tiny``, the tiny model `cheems init-model` makes from it."""
-    d = tmp_path_factory.mktemp("bad_input")
-    assert run_cli_in(d, "rank", sample_annotations / "open.jsonl", "-o", "bench.jsonl").returncode == 0
-    copy_checkpoint(cli_tiny_model, d / "tiny")
-    return d
+    return ranked_folder_with_model(tmp_path_factory.mktemp("bad_input"), sample_annotations / "open.jsonl",
+                                    cli_tiny_model)
 
 
 def broken_copy(work: Path, name: str, damage) -> Path:

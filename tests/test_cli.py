@@ -537,12 +537,17 @@ def test_score_command_matches_the_built_in_scorer(demo, tmp_path, run_cli):
     assert ra["subsets"] == rb["subsets"] and ra["overall"] == rb["overall"]
 
 
-def test_eval_refuses_two_prompts_sharing_an_id(tmp_path, run_cli):
-    rows = [{"id": "1", "prompt": p, "responses": [{"id": "r1", "content": "甲"}, {"id": "r2", "content": "乙"}],
+def test_eval_and_score_key_two_prompts_sharing_an_id_apart(tmp_path, run_cli):
+    rows = [{"id": "1", "prompt": p, "responses": [{"id": "r1", "content": "甲"}, {"id": "r2", "content": "乙乙"}],
              "rank": {"r1": 0, "r2": 1}} for p in ("你好", "再见")]
     write_jsonl_rows(tmp_path / "bench.jsonl", rows)
-    r = run_cli("eval", "bench.jsonl", "--scorer", "length")
-    assert_one_line_error(r, "bench.jsonl:2: id", "'1'")
+    r = run_cli("eval", "bench.jsonl", "--scorer", "length", "--bootstrap", "0", "--json", "r.json")
+    assert r.returncode == 0, r.stderr
+    assert "1 row(s) reuse an earlier row's prompt id with other content" in r.stderr
+    assert json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))["subsets"]["bench"]["n_prompts"] == 2
+    r = run_cli("score", "bench.jsonl", "--scorer", "length", "-o", "s.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert [row["prompt_id"] for row in read_jsonl(tmp_path / "s.jsonl")] == ["1", "1", "1#2", "1#2"]
 
 
 def test_rank_warns_about_responses_in_no_comparison(tmp_path, run_cli):

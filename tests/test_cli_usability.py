@@ -103,16 +103,24 @@ def test_a_forced_format_and_an_unknown_one(tmp_path):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "unknown format 'nonsense'" in r.stderr
 
 
-def test_rows_repeating_a_prompt_are_separate_items_and_exact_repeats_count_once(tmp_path):
+def test_every_row_is_an_item_as_the_source_counts_it_and_dedupe_counts_exact_repeats_once(tmp_path):
+    """RewardBench, RMB and the official evaluator count every line: an exact repeat is one more item
+    (noted), ``--dedupe`` counts it once, and two rows under one id with other content are two items."""
     rows = [{"prompt": "推荐一本书。", "chosen": "《红楼梦》，细腻动人。", "rejected": "不知道。"},
             {"prompt": "推荐一本书。", "chosen": "《围城》，幽默犀利。", "rejected": "随便。"},
             {"prompt": "推荐一本书。", "chosen": "《红楼梦》，细腻动人。", "rejected": "不知道。"}]  # row 1 again
     write_jsonl_rows(tmp_path / "dpo.jsonl", rows)
-    r = run_cli_in(tmp_path, "eval", "dpo.jsonl", "--scorer", "length", "--bootstrap", "0", "--json", "r.json")
-    assert r.returncode == 0, r.stderr
-    assert "1 row(s) repeat an earlier row exactly" in r.stderr
-    report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
-    assert report["subsets"]["dpo"]["n_prompts"] == 2 and report["subsets"]["dpo"]["n_comparisons"] == 2
+    counts = {}
+    for flags in ((), ("--dedupe",)):
+        r = run_cli_in(tmp_path, "eval", "dpo.jsonl", "--scorer", "length", "--bootstrap", "0", "--json", "r.json",
+                       *flags)
+        assert r.returncode == 0, r.stderr
+        assert "1 row(s) repeat an earlier row exactly" in r.stderr
+        report = json.loads((tmp_path / "r.json").read_text(encoding="utf-8"))
+        counts[flags] = (report["subsets"]["dpo"]["n_prompts"], report["subsets"]["dpo"]["n_comparisons"])
+    assert counts == {(): (3, 3), ("--dedupe",): (2, 2)}
     write_jsonl_rows(tmp_path / "clash.jsonl", [dict(rows[0], id="x"), dict(rows[1], id="x")])
-    r = run_cli_in(tmp_path, "eval", "clash.jsonl", "--scorer", "length")
-    assert r.returncode == 2 and "clash.jsonl:2" in r.stderr and "clash.jsonl:1" in r.stderr
+    r = run_cli_in(tmp_path, "eval", "clash.jsonl", "--scorer", "length", "--bootstrap", "0", "--json", "c.json")
+    assert r.returncode == 0 and "reuse an earlier row's prompt id" in r.stderr, r.stderr
+    report = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))
+    assert report["subsets"]["clash"]["n_prompts"] == 2

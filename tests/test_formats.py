@@ -279,8 +279,6 @@ BAD_ROWS = {
                             "triples[0]", ["ids"]),
     "official pair preference 3": ({"input": "你好", "answer1": "甲", "answer2": "乙", "preference": 3},
                                    "preference", ["1 or 2"]),
-    "official pair identical answers": ({"input": "你好", "answer1": "甲", "answer2": "甲",
-                                         "preference": 1}, "answer2", ["identical"]),
     "pair without rejected": ({"prompt": "你好", "chosen": "甲"}, "rejected", ["missing"]),
     "sharegpt unknown role": ({"conversations": [{"from": "机器人", "value": "你好"}],
                                "chosen": "甲", "rejected": "乙"}, "conversations[0].from", ["'机器人'"]),
@@ -440,8 +438,8 @@ def test_read_scores(write_rows):
     path = write_rows([{"prompt_id": "问1", "response_id": "r1", "score": 1.5},
                        {"prompt_id": "问1", "response_id": "r2", "score": -2},
                        {"prompt_id": 7, "response_id": 8, "score": 0},
-                       {"prompt_id": "问1", "response_id": "r1", "score": 3.25}], "scores.jsonl")
-    assert read_scores(path) == {("问1", "r1"): 3.25, ("问1", "r2"): -2.0, ("7", "8"): 0.0}
+                       {"prompt_id": "问1", "response_id": "r1", "score": 1.5}], "scores.jsonl")
+    assert read_scores(path) == {("问1", "r1"): 1.5, ("问1", "r2"): -2.0, ("7", "8"): 0.0}
 
 
 @pytest.mark.parametrize("row, field, words", [
@@ -504,17 +502,33 @@ def test_utf8_byte_order_mark_is_accepted(tmp_path):
     assert p.id == "q1" and [r.content for r in p.responses] == ["甲", "乙"]
 
 
-def test_repeated_plain_response_names_the_earlier_position(tmp_path):
-    from cheems.formats import read_prompts
-    from cheems.records import CheemsInputError
+IDENTICAL_TEXT_ROWS = {
+    "ranked list": {"prompt": "问", "responses": ["甲", "乙", "甲"]},
+    "official pair": {"input": "你好", "answer1": "甲", "answer2": "甲", "preference": 1},
+    "alpaca ranking": {"instruction": "写诗", "output": ["甲", "乙", "甲"]},
+    "autoj": {"prompt": "你好", "response 1": "甲", "response 2": "甲", "label": 0},
+    "pair": {"prompt": "你好", "chosen": "一样的回答", "rejected": "一样的回答"},
+    "rmb": {"conversation_input": [{"role": "user", "content": "你好"}], "chosen": {"answer": "同"},
+            "reject": {"answer": "同"}, "category_path": "帮助/日常"},
+}
 
-    path = tmp_path / "dup.jsonl"
-    path.write_text(json.dumps({"prompt": "问", "responses": ["甲", "乙", "甲"]}, ensure_ascii=False) + "\n",
-                    encoding="utf-8")
-    with pytest.raises(CheemsInputError) as e:
-        read_prompts(path)
-    assert "dup.jsonl:1: responses[2]: " in str(e.value)
-    assert "repeats responses[0]" in str(e.value)
+
+@pytest.mark.parametrize("name", list(IDENTICAL_TEXT_ROWS))
+def test_identical_texts_in_one_row_are_read_with_distinct_ids(tmp_path, name):
+    """Two responses with the same text are read (a warning downstream, not an error): the later one's
+    id made from its content gets ``#2``, and the row keeps its ranking over the distinct ids."""
+    from cheems.formats import read_prompts
+    from cheems.records import identical_responses, response_id
+
+    path = tmp_path / "twins.jsonl"
+    path.write_text(json.dumps(IDENTICAL_TEXT_ROWS[name], ensure_ascii=False) + "\n", encoding="utf-8")
+    (p,) = read_prompts(path).prompts
+    ids = [r.id for r in p.responses]
+    assert len(set(ids)) == len(ids)
+    twin = next(r for r in p.responses if r.id.endswith("#2"))
+    assert twin.id == response_id(twin.content) + "#2"
+    assert identical_responses(p) >= 1
+    assert p.rank is None or set(p.rank) <= set(ids)
 
 
 def test_check_unique_ids_points_at_both_rows():
@@ -555,7 +569,7 @@ def test_parquet_rows_read_like_jsonl(tmp_path):
     assert [p.id for p in got] == ["q1", "q2"]
     assert [[r.content for r in p.responses] for p in got] == [["二", "三"], ["北京", "上海"]]
     assert all(p.rank == {p.responses[0].id: 0, p.responses[1].id: 1} for p in got)
-    bad = [{"id": "q3", "prompt": "问", "chosen": "同", "rejected": "同"}]
+    bad = [{"id": "q3", "prompt": "问", "chosen": "同", "rejected": None}]
     pq.write_table(pa.Table.from_pylist(bad), tmp_path / "bad.parquet")
     with pytest.raises(CheemsInputError) as e:
         read_prompts(tmp_path / "bad.parquet")

@@ -94,7 +94,7 @@ def test_fixture_detected_forced_written_and_evaluated(tmp_path, name, fmt, n_ro
 
 def test_every_format_name_is_listed_and_described():
     assert FORMAT_NAMES == tuple(FORMATS)
-    assert {fmt for _, fmt, _, _ in FILES} | {"cheems", "cheems-pairwise", "task", "pair", "sharegpt"} == \
+    assert {fmt for _, fmt, _, _ in FILES} | {"cheems", "cheems-pairwise", "task", "pair", "sharegpt", "scored"} == \
            set(FORMAT_NAMES)
     assert all(FORMATS[n] for n in FORMAT_NAMES)
 
@@ -266,16 +266,12 @@ BAD_ROWS = {
                               ["string"]),
     "alpaca ranking with one output": ({"instruction": "写诗", "output": "床前明月光"}, "output",
                                        ["two or more"]),
-    "alpaca ranking repeats an output": ({"instruction": "写诗", "output": ["甲", "乙", "甲"]}, "output[2]",
-                                         ["output[0]", "identical"]),
     "medicalgpt without rejected": ({"question": "头疼怎么办？", "response_chosen": "多休息。"},
                                     "response_rejected", ["missing"]),
     "autoj label 3": ({"prompt": "你好", "response 1": "甲", "response 2": "乙", "label": 3}, "label",
                       ["2 (tie)", "3"]),
     "autoj label true": ({"prompt": "你好", "response 1": "甲", "response 2": "乙", "label": True}, "label",
                          ["True"]),
-    "autoj identical responses": ({"prompt": "你好", "response 1": "甲", "response 2": "甲", "label": 0},
-                                  "response 2", ["identical"]),
     "critiquellm label tie as text": ({"question": "你好", "response_1": "甲", "response_2": "乙",
                                        "label": "tie"}, "label", ["'tie'"]),
     "pandalm vote 5": ({"instruction": "改写", "input": "", "response1": "甲", "response2": "乙",

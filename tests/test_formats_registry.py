@@ -22,7 +22,7 @@ from cheems.formats.spec import RowFormat
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "formats.md"
 
 # one small row of each registered format, and the rank its reader gives the responses, in their order
-# (None: the row carries comparisons only)
+# (None: the row carries comparisons only; "one": one response, ranked when the rows of its prompt are joined)
 ROWS = {
     "cheems": ({"id": "math-12", "prompt": "一个长方形长8厘米、宽5厘米，面积是多少？", "category": ["数学"],
                 "responses": [{"id": "a", "content": "40平方厘米。"}, {"id": "b", "content": "13平方厘米。"}],
@@ -70,6 +70,9 @@ ROWS = {
                         {"role": "assistant", "content": "黄河是中国第二长河，流经九个省区后注入渤海。"}],
              "rejected": [{"role": "user", "content": "用一句话介绍一下黄河。"},
                           {"role": "assistant", "content": "黄河是一条河。"}]}, [0, 1]),
+    # one response a row, ranked once the rows of its prompt are joined (tests/test_formats_scored.py)
+    "scored": ({"prompt": "推荐一部适合全家看的电影。", "response": "《寻梦环游记》，温馨又有趣。",
+                "helpfulness": 4, "correctness": 4, "coherence": 4, "complexity": 1, "verbosity": 1}, "one"),
 }
 
 
@@ -154,6 +157,9 @@ def test_every_registered_format_reads_through_read_prompts_and_is_detected(name
     assert len(forced.prompts) == len(detected.prompts) == 1 and forced.errors == []
     p = forced.prompts[0]
     assert p.to_dict() == detected.prompts[0].to_dict()
+    if ranks == "one":  # one scored response: ranked alone once the rows of its prompt are joined
+        assert len(p.responses) == 1 and p.rank in (None, {p.responses[0].id: 0}) and not p.comparisons
+        return
     assert len(p.responses) >= 2
     if ranks is None:
         assert p.rank is None and p.comparisons

@@ -111,6 +111,17 @@ def copy_checkpoint(src: Path, dst: Path) -> Path:
     return dst
 
 
+def ranked_folder_with_model(folder: Path, annotations: Path, model: Path) -> Path:
+    """``folder`` holding ``bench.jsonl`` (the annotations ranked by `cheems rank`) and, as ``tiny``,
+    a copy of the checkpoint ``model``: where the CLI tests of a model run."""
+    from tests.conftest import run_cli_in
+
+    r = run_cli_in(folder, "rank", annotations, "-o", "bench.jsonl")
+    assert r.returncode == 0, r.stderr
+    copy_checkpoint(model, folder / "tiny")
+    return folder
+
+
 def set_chat_template(model_dir: Path, template: str | None) -> None:
     """Rewrite the tokenizer files of ``model_dir`` with another chat template (None: none)."""
     from transformers import AutoTokenizer

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import numpy as np
 import orjson
 
-from cheems.formats import (NotPlain, PlainBatch, ReadResult, check_unique_ids, drop_repeated_rows, merge_prompts,
+from cheems.formats import (NotPlain, PlainBatch, ReadResult, RepeatedRows, key_repeated_rows, merge_prompts,
                             read_many, row_chunks)
 from cheems.graph import comparison_arrays_from_codes, conflict_report, resolve_comparisons, resolve_conflicts
 from cheems.io import atomic_open, check_outputs, gc_paused, outputs_together, write_json, write_jsonl
@@ -203,16 +203,18 @@ def _rankable(annotations: Sequence[str | os.PathLike], skip_invalid: bool,
 
 
 def read_benchmark(paths: Sequence[str | os.PathLike], *, skip_invalid: bool = False, require_rank: bool = False,
-                   fmt: str | None = None, empty: str | None = None) -> tuple[ReadResult, int]:
+                   fmt: str | None = None, empty: str | None = None,
+                   dedupe: bool = False) -> tuple[ReadResult, RepeatedRows]:
     """The prompts of benchmark (or candidate) files, as ``eval``, ``score`` and ``bon`` read them:
     each file's stem names the subset of its rows without one (:func:`cheems.formats.read_many`),
-    a row that repeats an earlier row exactly is counted once, and two different rows with one
-    prompt id are an error naming both places. ``empty``: the message when no valid row is left
-    (None: an empty result is fine). Returns the read result and how many repeated rows were
-    dropped."""
+    and every row is an item, as the benchmarks' own evaluators count them: a row under an
+    earlier row's prompt id (an exact repeat, or a row that differs in other keys or content) is
+    keyed ``id#n``, its n-th occurrence in file order (:func:`cheems.formats.key_repeated_rows`),
+    so scores of every row key apart. ``dedupe`` removes the rows that repeat an earlier row
+    exactly, the others keeping their keys. ``empty``: the message when no valid row is left
+    (None: an empty result is fine). Returns the read result and how the repeated rows were
+    counted."""
     res = read_many(paths, skip_invalid=skip_invalid, require_rank=require_rank, fmt=fmt)
     if empty is not None and not res.prompts:
         raise CheemsInputError(empty)
-    repeated = drop_repeated_rows(res)
-    check_unique_ids(res.prompts, res.locations())
-    return res, repeated
+    return res, key_repeated_rows(res, dedupe=dedupe)

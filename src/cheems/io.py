@@ -13,6 +13,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
 
@@ -20,9 +21,10 @@ import orjson
 
 from cheems.records import CheemsInputError
 
-__all__ = ["ResumableJsonl", "atomic_open", "check_output_folder", "check_outputs", "files_fingerprint",
-           "gc_paused", "glob_escape", "outputs_together", "process_alive", "read_yaml_mapping",
-           "remove_stale_temps", "same_file", "sidecar", "write_json", "write_jsonl"]
+__all__ = ["MAX_JSON_DEPTH", "WRITE_ERRORS", "ResumableJsonl", "atomic_open", "check_input_file",
+           "check_output_folder", "check_outputs", "files_fingerprint", "gc_paused", "glob_escape",
+           "json_value_problem", "outputs_together", "process_alive", "read_yaml_mapping", "remove_stale_temps",
+           "same_file", "sidecar", "temp_name", "write_error", "write_json", "write_jsonl"]
 
 WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO,
                           errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG})
@@ -45,6 +47,85 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+# ----------------------------------------------------------------------------- inputs
+
+def check_input_file(path: str | os.PathLike) -> None:
+    """Refuse, naming ``path``, an input that cannot be read as a file: missing, a symbolic
+    link that loops or leads nowhere, a folder, or a pipe, device or socket (reading a pipe
+    nobody writes to would wait forever). Raises CheemsInputError; reads nothing."""
+    name = str(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CheemsInputError("is a symbolic link that loops (too many levels of links)", file=name) from None
+        if e.errno in (errno.ENOENT, errno.ENOTDIR):
+            if os.path.islink(path):
+                raise CheemsInputError("is a symbolic link to a file that does not exist", file=name) from None
+            raise CheemsInputError("no such file", file=name) from None
+        raise CheemsInputError(f"cannot read: {e.strerror or e}", file=name) from None
+    if stat.S_ISDIR(mode):
+        raise CheemsInputError("is a directory, expected a file", file=name)
+    if not stat.S_ISREG(mode):
+        raise CheemsInputError("is not a regular file (a pipe, device or socket); save the data to a file "
+                               "and give that", file=name)
+
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of lists and objects a data row may have. Real rows nest a few levels; the
+JSON writer refuses values past 254 levels and the standard parser recurses once per level."""
+
+
+def json_value_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH, strings: bool = True) -> tuple[str, str] | None:
+    """``(field, message)`` of the first fault of a parsed JSON (or YAML) value, None if it has
+    none: a list or object nested deeper than ``max_depth`` levels (the field names the
+    top-level key it sits under), or, with ``strings``, a key or string holding a lone
+    surrogate such as ``\\ud800`` (not text: no UTF-8 file can hold it). Iterative, O(values)."""
+    stack: list[tuple[Any, int, tuple | None]] = [(value, 1, None)]  # (value, depth, (parent path, key))
+    while stack:
+        v, depth, where = stack.pop()
+        if isinstance(v, str):
+            bad = _lone_surrogate(v)
+            if bad:
+                return _field(where), f"holds a lone surrogate ({bad}): not valid text; fix that escape"
+            continue
+        if depth > max_depth:
+            top = where
+            while top is not None and top[0] is not None:
+                top = top[0]
+            return _field(top), f"nests deeper than {max_depth} levels of lists and objects"
+        children = list(v.items()) if isinstance(v, dict) else list(enumerate(v))
+        for key, child in reversed(children):
+            if strings and isinstance(key, str) and _lone_surrogate(key):
+                return _field(where), f"a key holds a lone surrogate ({_lone_surrogate(key)}): not valid text"
+            if isinstance(child, (dict, list)) or (strings and isinstance(child, str)):
+                stack.append((child, depth + 1, (where, key)))
+    return None
+
+
+def _lone_surrogate(s: str) -> str | None:
+    """The first lone surrogate of ``s`` as an escape (``\\ud800``), or None."""
+    if s.isascii():
+        return None
+    try:
+        s.encode("utf-8")
+        return None
+    except UnicodeEncodeError as e:
+        return f"\\u{ord(s[e.start]):04x}"
+
+
+def _field(where: tuple | None) -> str:
+    """``responses[0].content`` from the (parent, key) chain of a value."""
+    keys = []
+    while where is not None:
+        where, key = where
+        keys.append(key)
+    out = ""
+    for key in reversed(keys):
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out
+
+
 # ----------------------------------------------------------------------------- outputs
 
 def files_fingerprint(paths: Iterable[str | os.PathLike]) -> str:
@@ -52,10 +133,14 @@ def files_fingerprint(paths: Iterable[str | os.PathLike]) -> str:
     still what they were."""
     h = hashlib.sha256()
     for p in paths:
+        check_input_file(p)
         h.update(b"\0file\0")
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        try:
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        except OSError as e:
+            raise CheemsInputError(f"cannot read: {e.strerror or e}", file=str(p)) from None
     return h.hexdigest()[:16]
 
 
@@ -63,12 +148,18 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """Whether two paths name one file: the same resolved path, or (both existing) the same
     inode, which also catches hard links and different spellings of one path."""
     pa, pb = Path(a), Path(b)
-    if pa.resolve() == pb.resolve():
+    if _real(pa) == _real(pb):
         return True
     try:
         return pa.exists() and pb.exists() and os.path.samefile(pa, pb)
     except OSError:
         return False
+
+
+def _real(path: Path) -> Path:
+    """``path`` with its links resolved as far as they go (a link that loops stays as it is,
+    where ``Path.resolve`` raises)."""
+    return Path(os.path.realpath(path))
 
 
 def check_outputs(outputs: Iterable[str | os.PathLike | None],
@@ -100,7 +191,7 @@ def check_output_folder(folder: str | os.PathLike, inputs: Iterable[str | os.Pat
         if inp is None:
             continue
         inp = Path(inp)
-        if same_file(folder, inp) or folder.resolve() in inp.resolve().parents:
+        if same_file(folder, inp) or _real(folder) in _real(inp).parents:
             raise CheemsInputError(f"the output folder holds an input ({inp}); choose another folder",
                                    file=str(folder))
     if folder.exists() and not folder.is_dir():
@@ -130,7 +221,7 @@ def _probe(folder: Path, *, make_folder: bool) -> str | None:
     """Create and remove a file (or, where folders are still to be made, a folder) in
     ``folder``: the permission bits do not tell everything (a read-only file system, a kernel
     folder where even root cannot create anything)."""
-    probe = _temp_name(folder / "probe")
+    probe = temp_name(folder / "probe")
     try:
         if make_folder:
             os.mkdir(probe, 0o700)
@@ -143,7 +234,7 @@ def _probe(folder: Path, *, make_folder: bool) -> str | None:
     return None
 
 
-def _temp_name(path: Path) -> Path:
+def temp_name(path: Path) -> Path:
     """``.NAME.PID.RANDOM.tmp`` beside ``path``: the PID lets a later run tell a dead run's temp
     file from one a running process is still writing."""
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
@@ -189,7 +280,8 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-def _write_error(path: Path, e: OSError) -> CheemsInputError:
+def write_error(path: str | os.PathLike, e: OSError) -> CheemsInputError:
+    """The one-line error of an output that cannot be written (``e.errno`` in WRITE_ERRORS)."""
     return CheemsInputError(f"cannot write: {e.strerror or e}", file=str(path))
 
 
@@ -205,10 +297,10 @@ def atomic_open(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temps(path)
-        tmp = _temp_name(path)
+        tmp = temp_name(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for open()
     except OSError as e:
-        raise _write_error(path, e) from None
+        raise write_error(path, e) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -217,7 +309,7 @@ def atomic_open(path: str | os.PathLike) -> Iterator[IO[bytes]]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         if isinstance(e, OSError) and e.errno in WRITE_ERRORS:
-            raise _write_error(path, e) from None
+            raise write_error(path, e) from None
         raise
 
 
@@ -227,14 +319,14 @@ def outputs_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | N
     all outputs appear, or (on any error) none does and the temp files are removed. None
     stays None (an output not asked for); a temp path left unwritten leaves its output as it was."""
     finals = [Path(p) if p is not None else None for p in paths]
-    temps = [None if p is None else _temp_name(p) for p in finals]
+    temps = [None if p is None else temp_name(p) for p in finals]
     for p in finals:
         if p is not None:
             try:
                 p.parent.mkdir(parents=True, exist_ok=True)
                 remove_stale_temps(p)
             except OSError as e:
-                raise _write_error(p, e) from None
+                raise write_error(p, e) from None
     try:
         try:
             yield temps
@@ -250,7 +342,7 @@ def outputs_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | N
             final = next((f for t, f in zip(temps, finals) if t is not None and str(t) == e.filename), None)
             if final is None or e.errno not in WRITE_ERRORS:
                 raise
-            raise _write_error(final, e) from None
+            raise write_error(final, e) from None
     finally:
         for tmp in temps:
             if tmp is not None:
@@ -304,16 +396,23 @@ def read_yaml_mapping(path: str | os.PathLike, *, what: str = "a config file") -
     try:
         if path.is_dir():
             raise CheemsInputError("is a folder, expected a YAML file", file=str(path))
+        check_input_file(path)
         if path.stat().st_size > YAML_MAX_BYTES:
             raise CheemsInputError(f"is over {YAML_MAX_BYTES >> 20} MiB: not a config file", file=str(path))
         text = path.read_text(encoding="utf-8")
         _check_yaml_size(yaml.compose(text, Loader=yaml.SafeLoader), path)
         data = yaml.safe_load(text)
+    except RecursionError:  # the composer recurses once per level, before any limit is counted
+        raise CheemsInputError(f"nests deeper than {YAML_MAX_DEPTH} levels: not a config file",
+                               file=str(path)) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         message = " ".join(str(e).split())
         raise CheemsInputError(f"cannot read YAML config: {message[:300]}", file=str(path)) from None
     if not isinstance(data, dict):
         raise CheemsInputError(f"{what} is a mapping of setting: value", file=str(path))
+    problem = json_value_problem(data, max_depth=YAML_MAX_DEPTH)
+    if problem is not None:
+        raise CheemsInputError(problem[1], file=str(path), field=problem[0] or None)
     return data
 
 

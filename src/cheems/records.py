@@ -17,9 +17,9 @@ import orjson
 
 __all__ = ["LABELS", "ROLES", "CheemsInputError", "Comparison", "Message", "Prompt", "PromptText", "Response",
            "check_chat_message", "check_comparison", "check_comparisons", "check_known_response",
-           "check_prompt_text", "check_rank", "is_integer", "is_number", "preference_pairs", "prompt_id",
-           "prompt_key", "rank_comparisons", "ranked_pairs", "ranking_levels", "response_id", "triple_comparisons",
-           "validate_prompt"]
+           "check_prompt_text", "check_rank", "identical_responses", "is_integer", "is_number", "preference_pairs",
+           "prompt_id", "prompt_key", "rank_comparisons", "ranked_pairs", "ranking_levels", "response_id",
+           "triple_comparisons", "validate_prompt"]
 
 LABELS = ("g", "b", "s")
 """Comparison labels: ``g`` = a is better, ``b`` = b is better, ``s`` = same quality."""
@@ -217,6 +217,14 @@ def rank_comparisons(rank: Mapping[str, int]) -> list[Comparison]:
     """Every pair of a partial ranking as a comparison with ``source="rank"``: ``g`` from the
     better to the worse response, ``s`` between two tied ones (in the ranking's order)."""
     return [Comparison(x, y, "s" if tied else "g", source="rank") for x, y, tied in _rank_pairs(rank)]
+
+
+def identical_responses(p: Prompt) -> int:
+    """How many responses of ``p`` hold the same text as an earlier response of ``p`` (under
+    another id). Such twins are kept: a scorer gives them one score, so a ranked pair of them
+    is a tie (see :func:`cheems.metrics.evaluate`), and training skips their pair, which
+    carries no signal. O(responses)."""
+    return len(p.responses) - len({r.content for r in p.responses})
 
 
 def preference_pairs(p: Prompt, *, distinct: bool = True) -> list[tuple[str, str]]:

@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from cheems.cli.console import err, fmt, judge_backend_for, out, progress, reports_input_errors
+from cheems.cli.console import err, fmt, judge_backend_for, out, print_skipped, progress, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.curation.filters import FilterConfig
 from cheems.curation.sample import SampleConfig
@@ -35,7 +35,7 @@ def _done(report: dict, what: str) -> None:
 
 @curate_app.command("sample")
 @reports_input_errors
-@settings_flags(SampleConfig, into="sample_flags", only=("concurrency", "seed", "cache_path"),
+@settings_flags(SampleConfig, into="sample_flags", only=("concurrency", "seed", "max_reply_bytes", "cache_path"),
                 names={"cache_path": "--cache"})
 def sample(
     prompts: List[Path] = typer.Argument(..., help="Prompt rows (JSONL with 'prompt'; responses are ignored)."),
@@ -84,8 +84,8 @@ def filter_(
 @curate_app.command("judge")
 @reports_input_errors
 @settings_flags(JudgeConfig, into="judge_flags", names={"model": "--judge", "cache_path": "--cache"},
-                only=("model", "api_base", "api_key", "concurrency", "timeout", "max_retries", "seed",
-                      "cache_path"))
+                only=("model", "api_base", "api_key", "concurrency", "timeout", "max_retries", "max_reply_bytes",
+                      "seed", "cache_path"))
 def judge(
     inputs: List[Path] = typer.Argument(..., help="Prompts with responses (e.g. the filter stage's output)."),
     output: Path = typer.Option(..., "-o", "--output", help="The same prompts with the judge's comparisons."),
@@ -198,6 +198,7 @@ def bias(
     bins: Optional[str] = typer.Option(None, help="Comma-separated positive edges of the length-difference "
                                        "bins (default 50,200,500: symmetric bins around 0)."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the tables as JSON."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
 ):
     """Annotator bias (Appendix D.3): P(response A chosen) by length difference and by position,
     per file, with Wilson intervals and a binomial test."""
@@ -215,7 +216,11 @@ def bias(
     groups: dict[str, list[Path]] = {}
     for f in files:
         groups.setdefault(f.name[:-len(".jsonl")] if f.name.endswith(".jsonl") else f.stem, []).append(f)
-    result = run_analyze_bias(groups, bins=edges, plots=plots)
+    result = run_analyze_bias(groups, bins=edges, plots=plots, skip_invalid=skip_invalid)
+    print_skipped(result["skipped"])
+    if result["identical"]:
+        err.print(f"note: {result['identical']} row(s) hold two responses of identical text; a choice between them "
+                  "is analysed like any other (it shows position bias alone)", soft_wrap=True)
     out.print(format_bias_table(result["tables"]))
     if json_out:
         write_json(json_out, result["tables"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 from enum import Enum
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,7 @@ from cheems.cli.app import FORMAT_HELP, app
 from cheems.cli.console import err, out, print_skipped, reports_input_errors
 from cheems.records import CheemsInputError
 
-__all__ = ["error_kind", "example_data", "rank", "stats", "tasks", "validate"]
+__all__ = ["error_kind", "example_data", "format_groups", "rank", "stats", "tasks", "validate"]
 
 # ----------------------------------------------------------------------------- tasks
 
@@ -101,7 +102,9 @@ def validate(files: List[Path] = typer.Argument(..., help="Files to check (any c
              show_all: bool = typer.Option(False, "--all", help="Print every bad row, not the first few of each "
                                            "kind of error."),
              fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP)):
-    """Check files row by row; print counts and the errors grouped by kind. Exit 1 if any row is bad."""
+    """Check files row by row: counts, the format of each file (of each group of rows when they
+    mix formats), what `eval` and `train` would refuse (the errors, grouped by kind) or note.
+    Exit 1 if any row is bad."""
     from cheems.formats import read_prompts
 
     bad = 0
@@ -110,18 +113,51 @@ def validate(files: List[Path] = typer.Argument(..., help="Files to check (any c
         ranked = sum(p.rank is not None for p in res.prompts)
         compared = sum(bool(p.comparisons) for p in res.prompts)
         n_resp = sum(len(p.responses) for p in res.prompts)
-        ids = [p.id for p in res.prompts]
-        dup = len(ids) - len(set(ids))
         status = "ok" if not res.errors else f"{len(res.errors)} invalid row(s)"
         out.print(f"{f}: {len(res.prompts)} valid row(s), {n_resp} responses, {ranked} ranked, "
-                  f"{compared} with comparisons; ", end="")
+                  f"{compared} with comparisons; {format_groups(res.formats)}", end="", soft_wrap=True)
         out.print(status, style="green" if not res.errors else "red")
-        if dup:
-            out.print(f"  note: {dup} row(s) repeat a prompt id seen earlier", style="yellow")
+        _print_row_notes(res)
         _print_errors(res.errors, show_all)
         bad += len(res.errors)
     if bad:
         raise typer.Exit(1)
+
+
+def format_groups(formats: list[str]) -> str:
+    """``"format: pair; "``, or ``"format: pair (120 rows), hh-rlhf (3 rows); "`` when rows mix
+    formats (most rows first); empty without rows."""
+    counts = Counter(formats).most_common()
+    if not counts:
+        return ""
+    if len(counts) == 1:
+        return f"format: {counts[0][0]}; "
+    return "format: " + ", ".join(f"{name} ({n} row{'s' if n > 1 else ''})" for name, n in counts) + "; "
+
+
+def _print_row_notes(res) -> None:
+    """What `eval` and `train` say about the valid rows: rows counted under an occurrence id,
+    rows with responses of identical text, rows without a rank or any judgement."""
+    from cheems.formats import key_repeated_rows
+    from cheems.records import identical_responses
+
+    twins = sum(identical_responses(p) > 0 for p in res.prompts)
+    unranked = sum(p.rank is None for p in res.prompts)
+    unjudged = sum(p.rank is None and not p.comparisons for p in res.prompts)
+    repeated = key_repeated_rows(res)  # last: it keys the repeated rows id#n
+    notes = [(repeated.exact, "repeat an earlier row exactly: `eval` and `score` count each as an item, keyed "
+              "'id#n' (its n-th row); `eval --dedupe` counts them once"),
+             (repeated.differing, "reuse an earlier row's prompt id with other content or other keys: each is an "
+              "item, keyed 'id#n' (its n-th row)"),
+             (twins, "hold two responses of identical text: `eval` scores them (a tie under --ties), `train` "
+              "skips their pair"),
+             (unranked, "have no rank: `eval` refuses them (run `cheems rank` first); `train` uses their "
+              "comparisons"),
+             (unjudged, "have neither a rank nor comparisons: `train` gets no pair from them")]
+    for n, what in notes:
+        if n:
+            out.print(f"  {'warning' if what.startswith('hold') else 'note'}: {n} row(s) {what}", style="yellow",
+                      soft_wrap=True)
 
 
 ERRORS_SHOWN_PER_KIND = 3

@@ -13,13 +13,15 @@ from cheems.cli.app import FORMAT_HELP, app
 from cheems.cli.console import err, judge_backend_for, out, print_skipped, progress, reports_input_errors
 from cheems.cli.eval_tables import print_eval, print_judge, report_encoding
 from cheems.cli.flags import build_settings, settings_flags
-from cheems.records import CheemsInputError
+from cheems.formats import RepeatedRows
+from cheems.records import CheemsInputError, identical_responses
 from cheems.scoring.bench_judge import JudgeConfig
 from cheems.scoring.model_settings import ModelSettings
 
-__all__ = ["Baseline", "Ties", "eval_", "score"]
+__all__ = ["Baseline", "Ties", "eval_", "print_row_notes", "score"]
 
-JUDGE_FLAGS = ("model", "api_base", "api_key", "concurrency", "timeout", "max_retries", "cache_path")
+JUDGE_FLAGS = ("model", "api_base", "api_key", "concurrency", "timeout", "max_retries", "max_reply_bytes",
+               "cache_path")
 """The JudgeConfig settings `eval --judge` takes as flags (the rest keep their defaults)."""
 
 
@@ -55,13 +57,18 @@ def eval_(
     seed: int = typer.Option(0, help="Seed of the random scorer and of the bootstrap."),
     bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CI (0 = none)."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+    dedupe: bool = typer.Option(False, "--dedupe", help="Count a row that repeats an earlier row exactly once "
+                                "(default: every row is an item, as the benchmarks' own evaluators count)."),
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+    name: Optional[str] = typer.Option(None, "--name", help="The model's name in the report (default: its source)."),
     model_flags: dict = None, judge_flags: dict = None,
 ):
     """Accuracy, Exact Match and Overall of a scorer on CheemsBench-style files (paper §3.3)."""
     from cheems.io import check_outputs, sidecar
     from cheems.scoring.evaluate import evaluate_benchmark
 
+    if bootstrap < 0:
+        raise CheemsInputError(f"must be 0 (no bootstrap) or more resamples, got {bootstrap}", field="--bootstrap")
     items_out = sidecar(json_out, "items") if json_out else None
     check_outputs([json_out, items_out], [*bench, scores, judge_flags.get("cache_path")])
     judge, generate = _judge_config(judge_flags, judge_backend, one_order, seed, model_flags)
@@ -71,7 +78,7 @@ def eval_(
         result = evaluate_benchmark(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
                                     model_settings=settings, judge=judge, generate=generate,
                                     n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
-                                    notify=err.print, ties=ties.value, fmt=fmt)
+                                    notify=err.print, ties=ties.value, fmt=fmt, dedupe=dedupe, name=name)
     _print_evaluation(result, json_out, items_out, judge is not None)
 
 
@@ -95,12 +102,31 @@ def _print_evaluation(result, json_out: Path | None, items_out: Path | None, jud
             write_json(report_tmp, result.report)
             write_jsonl(items_tmp, result.items)
     print_skipped(result.errors)
-    if result.repeated_rows:
-        err.print(f"note: {result.repeated_rows} row(s) repeat an earlier row exactly (same prompt, responses "
-                  "and ranking); each is counted once")
+    print_row_notes(result.repeated, result.identical, "evaluated")
+    if result.repeated_scores:
+        err.print(f"note: {result.repeated_scores} row(s) of the scores file repeat an earlier row's score; "
+                  "each counts once")
     print_eval(result.report["model"], result.report)
     if judged:
         print_judge(result.report)
+
+
+def print_row_notes(repeated: RepeatedRows, identical: int, what: str) -> None:
+    """The notes on how the rows were counted (``what``: "evaluated" or "scored"): rows under an
+    earlier row's id, each an item keyed ``id#n``, and rows holding responses of identical text."""
+    if repeated.dropped:
+        err.print(f"note: {repeated.dropped} row(s) repeat an earlier row exactly; each is counted once (--dedupe)",
+                  soft_wrap=True)
+    elif repeated.exact:
+        hint = "; --dedupe counts them once" if what == "evaluated" else ""
+        err.print(f"note: {repeated.exact} row(s) repeat an earlier row exactly; each is {what} as an item, "
+                  f"keyed 'id#n' (its n-th row){hint}", soft_wrap=True)
+    if repeated.differing:
+        err.print(f"note: {repeated.differing} row(s) reuse an earlier row's prompt id with other content or "
+                  f"other keys; each is {what} as an item, keyed 'id#n' (its n-th row)", soft_wrap=True)
+    if identical:
+        err.print(f"warning: {identical} row(s) hold two responses of identical text; a scorer gives them one "
+                  "score, a tie under --ties", style="yellow", soft_wrap=True)
 
 
 @app.command()
@@ -138,8 +164,7 @@ def score(
         detect_layout(model)  # checks the folder (weights, tokenizer, one label) before reading anything else
     res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, fmt=fmt)
     print_skipped(res.errors)
-    if repeated:
-        err.print(f"note: {repeated} row(s) repeat an earlier row exactly; each is scored once")
+    print_row_notes(repeated, sum(identical_responses(p) > 0 for p in res.prompts), "scored")
     if scorer is not None:
         return _score_with_baseline(res.prompts, scorer.value, seed, output)
     _score_with_model(res.prompts, model, settings, output, ray, replicas, overwrite)

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from cheems.cli.app import app
-from cheems.cli.console import err, fmt, out, progress, reports_input_errors
+from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
@@ -85,6 +85,8 @@ def init_model_cmd(
     size: str = typer.Option("tiny", help="tiny (2 layers, 64 wide) or small (4 layers, 256 wide)."),
     vocab_size: int = typer.Option(3000, help="Tokenizer vocabulary size."),
     seed: int = typer.Option(0, help="Seed of the random weights."),
+    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows of data files instead of "
+                                      "failing."),
 ):
     """Build a small randomly initialised reward model and a tokenizer trained on your texts."""
     from cheems.io import check_output_folder
@@ -93,7 +95,9 @@ def init_model_cmd(
     check_output_folder(output, tokenizer_from)
     if size not in SIZES:
         raise CheemsInputError(f"unknown size {size!r}; choose from {', '.join(SIZES)}", field="size")
-    texts = tokenizer_texts(tokenizer_from)
+    skipped: list[CheemsInputError] = []
+    texts = tokenizer_texts(tokenizer_from, skip_invalid=skip_invalid, errors=skipped)
+    print_skipped(skipped)
     init_model(output, texts, size=size, seed=seed, vocab_size=vocab_size)
     out.print(f"wrote a {size} reward model (random weights) and a tokenizer trained on {len(texts)} texts "
               f"-> {output}")

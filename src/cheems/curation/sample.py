@@ -168,10 +168,10 @@ class SampleModel:
     model: str | None = setting(None, help="The model name at the endpoint (default: name)")
     api_key_env: str | None = setting(None, help="Environment variable holding the key (default $OPENAI_API_KEY, "
                                       "else EMPTY)")
-    n: int = setting(1, min=1, help="Responses per prompt from this model")
+    n: int = setting(1, min=1, max=256, help="Responses per prompt from this model")
     temperature: float = setting(0.8, min=0, help="Sampling temperature")
     top_p: float = setting(0.95, gt=0, max=1, help="Nucleus sampling share")
-    max_tokens: int = setting(2048, min=1, help="Longest response in tokens")
+    max_tokens: int = setting(2048, min=1, max=131072, help="Longest response in tokens")
     system: str | None = setting(None, help="A system message put before each prompt")
 
     def __post_init__(self) -> None:

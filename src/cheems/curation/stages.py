@@ -228,11 +228,25 @@ def run_merge(human: Sequence[str | os.PathLike], judged: Sequence[str | os.Path
 
 
 def run_analyze_bias(groups: dict[str, Sequence[str | os.PathLike]], *, bins: Sequence[float] | None = None,
-                     plots: str | os.PathLike | None = None) -> dict[str, Any]:
+                     plots: str | os.PathLike | None = None, skip_invalid: bool = False) -> dict[str, Any]:
     """Annotator bias tables (`cheems.curation.bias`) per group of files; PNG plots into
-    ``plots`` when given. Returns ``{"tables", "plots"}``."""
+    ``plots`` when given. Every row counts (a prompt id may repeat: no score is keyed by it);
+    ``skip_invalid`` leaves bad rows out instead of raising. Returns ``{"tables", "plots",
+    "skipped"}`` (the skipped rows' errors) and ``"identical"``: how many rows hold two
+    responses of identical text (analysed like any other: a choice between them shows position
+    bias alone)."""
     from cheems.curation.bias import analyze_bias, plot_bias
+    from cheems.records import identical_responses
 
-    tables = analyze_bias({name: read_inputs(paths) for name, paths in groups.items()}, bins=bins)
+    read: dict[str, list[Prompt]] = {}
+    skipped: list[CheemsInputError] = []
+    for name, paths in groups.items():
+        read[name] = []
+        for path in paths:
+            res = read_prompts(path, skip_invalid=skip_invalid)
+            read[name].extend(res.prompts)
+            skipped.extend(res.errors)
+    tables = analyze_bias(read, bins=bins)
     files = plot_bias(tables, plots) if plots is not None else []
-    return {"tables": tables, "plots": [str(f) for f in files]}
+    identical = sum(identical_responses(p) > 0 for prompts in read.values() for p in prompts)
+    return {"tables": tables, "plots": [str(f) for f in files], "skipped": skipped, "identical": identical}

@@ -29,18 +29,19 @@ from __future__ import annotations
 
 from cheems.formats.detect import check_format, detect_format, parse_row
 from cheems.formats.fields import CONSUMED, category_field, prompt_field, row_id, subset_field
-from cheems.formats.join import check_unique_ids, drop_repeated_rows, group_by_prompt, merge_prompts
+from cheems.formats.join import (RepeatedRows, check_unique_ids, group_by_prompt, key_repeated_rows, merge_prompts,
+                                 occurrence_id)
 from cheems.formats.llamafactory import SHAREGPT_ROLES
 from cheems.formats.official import ANNOTATION_LABELS, COMPARISON_KEYS, RESPONSE_KEYS
 from cheems.formats.plain import PLAIN_ROW_KEYS, PlainBatch
-from cheems.formats.read import ReadResult, read_many, read_prompts, read_scores
+from cheems.formats.read import ReadResult, Scores, read_many, read_prompts, read_scores
 from cheems.formats.registry import FORMAT_NAMES, FORMATS, ROW_FORMATS
 from cheems.formats.rows import NotPlain, iter_rows, row_chunks
 from cheems.formats.spec import RowFormat
 from cheems.formats.write import score_rows
 
 __all__ = ["ANNOTATION_LABELS", "COMPARISON_KEYS", "CONSUMED", "FORMAT_NAMES", "FORMATS", "RESPONSE_KEYS",
-           "ROW_FORMATS", "RowFormat", "SHAREGPT_ROLES", "category_field", "check_format", "check_unique_ids",
-           "detect_format", "drop_repeated_rows", "group_by_prompt", "iter_rows", "merge_prompts", "NotPlain",
-           "parse_row", "PLAIN_ROW_KEYS", "PlainBatch", "prompt_field", "read_many", "read_prompts",
-           "read_scores", "ReadResult", "row_chunks", "row_id", "score_rows", "subset_field"]
+           "ROW_FORMATS", "RepeatedRows", "RowFormat", "SHAREGPT_ROLES", "Scores", "category_field", "check_format",
+           "check_unique_ids", "detect_format", "group_by_prompt", "iter_rows", "key_repeated_rows", "merge_prompts",
+           "NotPlain", "occurrence_id", "parse_row", "PLAIN_ROW_KEYS", "PlainBatch", "prompt_field", "read_many",
+           "read_prompts", "read_scores", "ReadResult", "row_chunks", "row_id", "score_rows", "subset_field"]

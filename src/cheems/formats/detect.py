@@ -3,13 +3,17 @@
 :func:`detect_format` holds the rules, in the order they are tried: rows with ``responses``
 first (what every stage writes, two key lookups), then the formats that share keys (``chosen`` /
 ``rejected``, ``conversation_input``) decided between, then the formats with keys of their own.
-:func:`parse_row` hands the row to its format's reader (:data:`~cheems.formats.registry.READERS`).
+:func:`parse_row` hands the row to its format's reader (:data:`~cheems.formats.registry.READERS`);
+a row no format detected that looks like a layout cheems does not read
+(:func:`~cheems.formats.layouts.row_layout`) is refused with one line naming it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from functools import lru_cache, partial
+from typing import Any, Callable
 
+from cheems.formats.layouts import row_layout
 from cheems.formats.registry import FORMAT_NAMES, FORMATS, READERS, ROW_FORMATS
 from cheems.formats.transcripts import is_transcript
 from cheems.records import CheemsInputError, Prompt, validate_prompt
@@ -29,18 +33,51 @@ def parse_row(obj: Any, fmt: str | None = None) -> Prompt:
     """
     if not isinstance(obj, dict):
         raise CheemsInputError(f"row must be a JSON object, got {type(obj).__name__}")
-    p = READERS[detect_format(obj) if fmt is None else check_format(fmt)](obj)
+    if fmt is not None:
+        p = _reader(check_format(fmt))(obj)
+    else:
+        name = detect_format(obj)
+        if name == "cheems" and "responses" not in obj:
+            _refuse_layout(obj)
+        p = READERS[name](obj)
     validate_prompt(p, comparisons=False)  # each reader has checked its comparisons, naming their field
     return p
 
 
+def _refuse_layout(obj: dict) -> None:
+    """A row no format detected that looks like a layout cheems does not read: one line naming it."""
+    found = row_layout(obj)
+    if found is not None:
+        raise CheemsInputError(f"missing response list; this row looks like {found[0]}; cheems reads {found[1]} "
+                               "(see docs/formats.md)", field="responses")
+
+
 def check_format(fmt: str) -> str:
-    """``fmt`` when it names a format of :data:`~cheems.formats.registry.FORMATS`; else
-    CheemsInputError (field ``format``) listing the known names."""
-    if not isinstance(fmt, str) or fmt not in FORMATS:
+    """``fmt`` when it names a format of :data:`~cheems.formats.registry.FORMATS`, or ``NAME:OPTION``
+    for a format that takes an option (``scored:correctness``); else CheemsInputError (field
+    ``format``) listing the known names."""
+    name, colon, option = fmt.partition(":") if isinstance(fmt, str) else ("", "", "")
+    if name not in FORMATS:
         raise CheemsInputError(f"unknown format {fmt!r}; known formats: {', '.join(FORMAT_NAMES)}",
                                field="format")
+    if colon:
+        f = next(f for f in ROW_FORMATS if f.name == name)
+        if f.option is None:
+            raise CheemsInputError(f"format {name!r} takes no option (NAME:OPTION), got {fmt!r}", field="format")
+        if not option.strip():
+            raise CheemsInputError(f"{name}: needs an option after the colon: {f.option}", field="format")
     return fmt
+
+
+def _reader(fmt: str) -> Callable[[dict], Prompt]:
+    """The reader ``--format`` names: the registered one, or, for ``NAME:OPTION``, it given the option."""
+    name, _, option = fmt.partition(":")
+    return _with_option(READERS[name], option) if option else READERS[name]
+
+
+@lru_cache(maxsize=16)
+def _with_option(read: Callable[..., Prompt], option: str) -> Callable[[dict], Prompt]:
+    return partial(read, attribute=option)
 
 
 def detect_format(obj: dict) -> str:

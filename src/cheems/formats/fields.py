@@ -15,7 +15,7 @@ from cheems.records import (CheemsInputError, Comparison, Prompt, PromptText, Re
                             prompt_id, response_id)
 from cheems.settings import is_integer
 
-__all__ = ["CONSUMED", "assemble_prompt", "category_field", "chat_messages", "chat_prompt", "check_distinct",
+__all__ = ["CONSUMED", "assemble_prompt", "category_field", "chat_messages", "chat_prompt", "number_twins",
            "conversation_prompt", "labelled_pair", "preferred_rank", "prompt_field", "question_text", "row_id",
            "subset_field", "text_responses"]
 
@@ -85,7 +85,7 @@ def _is_blank(v: Any) -> bool:
 
 def text_responses(obj: dict, keys: tuple[str, ...], *, objects: bool = False) -> list[Response]:
     """One response per key, each a string (or, with ``objects``, ``{value|content}`` as
-    ShareGPT writes it); two identical ones are an error at the later key."""
+    ShareGPT writes it); two identical ones get distinct ids (:func:`number_twins`)."""
     out = []
     for k in keys:
         v = obj.get(k)
@@ -94,17 +94,33 @@ def text_responses(obj: dict, keys: tuple[str, ...], *, objects: bool = False) -
         if not isinstance(v, str):
             raise CheemsInputError("missing or not a string", field=k)
         out.append(Response(response_id(v), v))
-    check_distinct(out, keys)
+    number_twins(out)
     return out
 
 
-def check_distinct(responses: list[Response], fields: tuple[str, ...] | list[str]) -> None:
-    """CheemsInputError at the later of two fields that hold the same response (the same id)."""
-    first: dict[str, str] = {}
-    for r, f in zip(responses, fields):
-        earlier = first.setdefault(r.id, f)
-        if earlier != f:
-            raise CheemsInputError(f"duplicate response id: {earlier} and {f} are identical", field=f)
+def number_twins(responses: list[Response], taken: set[str] | None = None) -> int:
+    """Give each response whose id repeats an earlier one's (the same text, where ids are made
+    from the content) the id ``ID#n``, n its occurrence (the next free number when that is
+    taken), in place; returns how many were renamed. Two identical responses in one row are
+    read, not refused: they carry no preference, which ``eval``, ``train`` and ``validate``
+    count and say (:func:`cheems.records.identical_responses`). ``taken``: ids of the row's other
+    responses, which a new id must avoid."""
+    taken = set(taken or ()) | {r.id for r in responses}
+    seen: dict[str, int] = {}
+    renamed = 0
+    for r in responses:
+        n = seen.get(r.id, 0) + 1
+        seen[r.id] = n
+        if n == 1:
+            continue
+        new = f"{r.id}#{n}"
+        while new in taken:
+            n += 1
+            new = f"{r.id}#{n}"
+        taken.add(new)
+        r.id = new
+        renamed += 1
+    return renamed
 
 
 def question_text(obj: dict, key: str, more: str | None = None) -> str:

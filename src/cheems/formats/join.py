@@ -3,18 +3,25 @@
 - :func:`merge_prompts` joins rows of the same prompt id (one row per annotated task);
 - :func:`group_by_prompt` joins rows of the same prompt text (one row per pair, as most public
   formats are written) for training;
-- :func:`drop_repeated_rows` removes rows that repeat an earlier row exactly, and
-  :func:`check_unique_ids` refuses two different rows under one id.
+- :func:`key_repeated_rows` gives every row of a benchmark its own key, as the benchmarks' own
+  evaluators count rows (every row an item), and :func:`check_unique_ids` refuses two rows under
+  one id where rows must be unique (the curation stages).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
-from cheems.formats.read import ReadResult
+import orjson
+
+from cheems.formats.result import ReadResult
+from cheems.formats.scored import RANKED_BY, rank_scored
 from cheems.records import CheemsInputError, Comparison, Prompt, Response, prompt_key, rank_comparisons, response_id
 
-__all__ = ["check_unique_ids", "drop_repeated_rows", "group_by_prompt", "merge_prompts"]
+__all__ = ["RepeatedRows", "check_unique_ids", "group_by_prompt", "join_scored_rows", "key_repeated_rows",
+           "merge_prompts", "occurrence_id"]
 
 
 def merge_prompts(prompts: list[Prompt],
@@ -56,6 +63,31 @@ def merge_prompts(prompts: list[Prompt],
         q.comparisons.extend(p.comparisons)
         q.rank = None
     return list(merged.values())
+
+
+def join_scored_rows(res: ReadResult) -> None:
+    """Join, in place, the scored rows of one prompt (one response each, :mod:`cheems.formats.scored`)
+    into one prompt ranked by score (:func:`merge_prompts`, then
+    :func:`~cheems.formats.scored.rank_scored`). The joined prompt takes the place, line and file
+    of its first row; other rows stay as they are. O(rows)."""
+    scored = [i for i, p in enumerate(res.prompts) if RANKED_BY in p.extra]
+    if not scored:
+        return
+    locations = res.locations()
+    joined = {p.id: p for p in rank_scored(merge_prompts([res.prompts[i] for i in scored],
+                                                         [locations[i] for i in scored]))}
+    keep, placed = [], set()
+    for i, p in enumerate(res.prompts):
+        if RANKED_BY not in p.extra:
+            keep.append((p, i))
+        elif p.id not in placed:
+            placed.add(p.id)
+            keep.append((joined[p.id], i))
+    res.prompts = [p for p, _ in keep]
+    for name in ("lines", "files", "formats"):
+        values = getattr(res, name)
+        if len(values) == len(locations):
+            setattr(res, name, [values[i] for _, i in keep])
 
 
 def group_by_prompt(prompts: list[Prompt]) -> list[Prompt]:
@@ -129,25 +161,74 @@ def _where(locations: list[tuple[str, int]] | None, i: int) -> dict:
     return {"file": file, "line": line}
 
 
-def drop_repeated_rows(res: ReadResult) -> int:
-    """Remove, in place, rows that repeat an earlier row exactly (same id and the same prompt,
-    responses, ranking and comparisons), as LLaMA-Factory's own sample files do: one item,
-    counted once. Returns how many were removed. Rows that share an id but differ stay, for
-    :func:`check_unique_ids` to refuse."""
-    seen: dict[str, dict] = {}
-    keep = []
+@dataclass
+class RepeatedRows:
+    """How :func:`key_repeated_rows` counted the rows that reuse an earlier row's prompt id."""
+
+    exact: int = 0  # rows that repeat an earlier row exactly (every key the same)
+    differing: int = 0  # rows under an earlier row's id that differ from it (other keys, or content)
+    dropped: int = 0  # exact repeats removed (``dedupe``); the others are keyed ``id#n``
+
+    @property
+    def keyed(self) -> int:
+        """Rows that were given an occurrence id (``id#n``)."""
+        return self.exact + self.differing - self.dropped
+
+
+def occurrence_id(pid: str, n: int, taken: set[str]) -> str:
+    """The key of the ``n``-th row (n >= 2) under prompt id ``pid``: ``pid#n``, or the next
+    ``pid#k`` that no id in ``taken`` holds; the key is added to ``taken``."""
+    key = f"{pid}#{n}"
+    while key in taken:
+        n += 1
+        key = f"{pid}#{n}"
+    taken.add(key)
+    return key
+
+
+def key_repeated_rows(res: ReadResult, *, dedupe: bool = False) -> RepeatedRows:
+    """Give, in place, every row of ``res`` its own prompt id, counting rows as RewardBench, RMB
+    and the official Cheems evaluator do: every row is an item, exact repeats included.
+
+    The first row under an id keeps it; the n-th row under it (n >= 2, in file order across the
+    files) gets :func:`occurrence_id` ``id#n``, whether it repeats an earlier row exactly or
+    differs from it (PandaLM's repeated rows differ only in other keys; RMB repeats prompts).
+    Keys do not depend on ``dedupe``: with it, rows that repeat an earlier row exactly are
+    removed and the others keep the key they have without it, so one SCORES file serves both.
+    O(rows); only the rows of a repeated id are compared (as their sorted-key JSON).
+    """
+    counts = Counter(p.id for p in res.prompts)
+    repeated = {pid for pid, n in counts.items() if n > 1}
+    if not repeated:
+        return RepeatedRows()
+    taken = set(counts)
+    seen: dict[str, set[bytes]] = {}
+    occurrences: Counter = Counter()
+    out, keep = RepeatedRows(), []
     for i, p in enumerate(res.prompts):
-        row = p.to_dict()
-        if seen.get(p.id) == row:
+        if p.id not in repeated:
+            keep.append(i)
             continue
-        seen.setdefault(p.id, row)
+        rows = seen.setdefault(p.id, set())
+        row = orjson.dumps(p.to_dict(), option=orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        exact = row in rows
+        rows.add(row)
+        occurrences[p.id] += 1
+        if occurrences[p.id] > 1:
+            out.exact += exact
+            out.differing += not exact
+            p.id = occurrence_id(p.id, occurrences[p.id], taken)
+        if dedupe and exact:
+            out.dropped += 1
+            continue
         keep.append(i)
-    removed = len(res.prompts) - len(keep)
-    if removed:
-        res.prompts = [res.prompts[i] for i in keep]
-        res.lines = [res.lines[i] for i in keep]
-        res.files = [res.files[i] for i in keep]
-    return removed
+    if out.dropped:
+        n = len(res.prompts)
+        for name in ("prompts", "lines", "files", "formats"):
+            values = getattr(res, name)
+            if len(values) == n:  # lists a hand-made ReadResult leaves empty stay empty
+                setattr(res, name, [values[i] for i in keep])
+    return out
 
 
 def check_unique_ids(prompts: list[Prompt], locations: list[tuple[str, int]] | None = None) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cheems.formats.fields import (assemble_prompt, chat_prompt, check_distinct, preferred_rank,
+from cheems.formats.fields import (assemble_prompt, chat_prompt, number_twins, preferred_rank,
                                    question_text)
 from cheems.formats.pairs import PAIR_CONSUMED, parse_pair
 from cheems.formats.spec import RowFormat
@@ -41,7 +41,8 @@ def parse_sharegpt(obj: dict) -> Prompt:
         if not isinstance(m, dict) or not isinstance(m.get("value"), str):
             raise CheemsInputError("a turn must be {from, value} with a string value",
                                    field=f"conversations[{i}]")
-        role = SHAREGPT_ROLES.get(m.get("from"))
+        sender = m.get("from")
+        role = SHAREGPT_ROLES.get(sender) if isinstance(sender, str) else None  # a list or dict is no role
         if role is None:
             raise CheemsInputError(f"'from' must be system, human or gpt, got {m.get('from')!r}",
                                    field=f"conversations[{i}].from")
@@ -71,7 +72,7 @@ def parse_alpaca_ranking(obj: dict) -> Prompt:
         if not isinstance(v, str):
             raise CheemsInputError("missing or not a string", field=f)
         responses.append(Response(response_id(v), v))
-    check_distinct(responses, fields)
+    number_twins(responses)
     return assemble_prompt(obj, prompt, responses, preferred_rank(responses), consumed=_ALPACA_CONSUMED | {"output"})
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from operator import itemgetter, ne
 from typing import Any
 
-from cheems.formats.fields import (CONSUMED, category_field, labelled_pair, prompt_field, row_id, subset_field,
-                                   text_responses)
+from cheems.formats.fields import (CONSUMED, category_field, labelled_pair, number_twins, prompt_field, row_id,
+                                   subset_field, text_responses)
 from cheems.formats.spec import RowFormat
 from cheems.records import (LABELS, CheemsInputError, Comparison, Prompt, Response, check_comparison,
                             check_known_response, response_id, triple_comparisons)
@@ -50,6 +50,7 @@ def parse_cheems(obj: dict) -> Prompt:
     responses = fast or []
     plain = fast is None
     derived = fast is None  # every response id made from its content (then the row id reuses them)
+    made: list[Response] = []  # the responses whose id was made from their content
     for i, r in enumerate(raw if fast is None else ()):
         if type(r) is dict:
             plain = False
@@ -64,6 +65,10 @@ def parse_cheems(obj: dict) -> Prompt:
                 raise CheemsInputError("missing or non-string content", field=f"responses[{i}].content")
             if rid is None:
                 rid = response_id(content)
+                made.append(Response(rid, content, model if isinstance(model, str) else None,
+                                     _extra(r, RESPONSE_KEYS)))
+                responses.append(made[-1])
+                continue
             elif not (isinstance(rid, str) or is_integer(rid)):
                 raise CheemsInputError("id must be a string or an integer", field=f"responses[{i}].id")
             else:
@@ -71,10 +76,13 @@ def parse_cheems(obj: dict) -> Prompt:
             responses.append(Response(str(rid), content, model if isinstance(model, str) else None,
                                       _extra(r, RESPONSE_KEYS)))
         elif isinstance(r, str):
-            responses.append(Response(response_id(r), r))
+            made.append(Response(response_id(r), r))
+            responses.append(made[-1])
         else:
             raise CheemsInputError("a response must be a string or an object {id, content}",
                                    field=f"responses[{i}]")
+    if made:  # identical texts: distinct ids, so the row is read (and its ties counted downstream)
+        number_twins(made, {r.id for r in responses})
     rank = _rank(obj.get("rank"), responses)
     if rank is None and plain and "comparisons" not in obj and "triples" not in obj \
             and "annotations" not in obj:

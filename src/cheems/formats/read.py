@@ -1,4 +1,5 @@
-"""Whole files read into prompts (:func:`read_prompts`, :func:`read_many`), and SCORES files.
+"""Whole files read into prompts (:func:`read_prompts`, :func:`read_many`), and SCORES files
+(:func:`read_scores`, checked row by row).
 
 Each row goes through :func:`~cheems.formats.detect.parse_row`; every error is a
 :class:`~cheems.records.CheemsInputError` naming file, line and field.
@@ -7,28 +8,18 @@ Each row goes through :func:`~cheems.formats.detect.parse_row`; every error is a
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
-from cheems.formats.detect import check_format, parse_row
+from cheems.formats.detect import check_format, detect_format, parse_row
+from cheems.formats.join import join_scored_rows
+from cheems.formats.result import ReadResult
+from cheems.formats.scored import RANKED_BY
 from cheems.formats.rows import iter_rows
 from cheems.io import gc_paused
-from cheems.records import CheemsInputError, Prompt
-from cheems.settings import is_integer
+from cheems.records import CheemsInputError, Prompt, is_number
 
-__all__ = ["ReadResult", "read_many", "read_prompts", "read_scores"]
-
-
-@dataclass
-class ReadResult:
-    prompts: list[Prompt]
-    errors: list[CheemsInputError] = field(default_factory=list)  # rows skipped
-    lines: list[int] = field(default_factory=list)  # where each prompt was read (line or item)
-    files: list[str] = field(default_factory=list)  # and from which file (read_many)
-
-    def locations(self) -> list[tuple[str, int]]:
-        return list(zip(self.files, self.lines))
+__all__ = ["ReadResult", "Scores", "read_many", "read_prompts", "read_scores"]
 
 
 def read_prompts(path: str | os.PathLike, *, skip_invalid: bool = False, require_rank: bool = False,
@@ -47,11 +38,12 @@ def read_prompts(path: str | os.PathLike, *, skip_invalid: bool = False, require
     prompts: list[Prompt] = []
     errors: list[CheemsInputError] = []
     lines: list[int] = []
+    formats: list[str] = []
     with gc_paused():
         for lineno, obj in iter_rows(path, errors if skip_invalid else None):
             try:
                 p = parse_row(obj, fmt)
-                if require_rank and p.rank is None:
+                if require_rank and p.rank is None and RANKED_BY not in p.extra:  # scored rows: ranked once joined
                     raise CheemsInputError("no 'rank' (run `cheems rank` on annotations first)", field="rank")
             except CheemsInputError as e:
                 err = e.located(file=name, line=lineno)
@@ -63,8 +55,11 @@ def read_prompts(path: str | os.PathLike, *, skip_invalid: bool = False, require
                 p.subset = default_subset
             prompts.append(p)
             lines.append(lineno)
+            formats.append(fmt or detect_format(obj))
     errors.sort(key=lambda e: e.line or 0)
-    return ReadResult(prompts, errors, lines, [name] * len(prompts))
+    res = ReadResult(prompts, errors, lines, [name] * len(prompts), formats)
+    join_scored_rows(res)
+    return res
 
 
 def read_many(paths: Iterable[str | os.PathLike], *, fmt: str | None = None, **kw: Any) -> ReadResult:
@@ -77,15 +72,28 @@ def read_many(paths: Iterable[str | os.PathLike], *, fmt: str | None = None, **k
         out.errors.extend(r.errors)
         out.lines.extend(r.lines)
         out.files.extend([str(p)] * len(r.prompts))
+        out.formats.extend(r.formats)
+    join_scored_rows(out)  # the rows of one prompt may lie in several files (one file per model)
     return out
 
 
-def read_scores(path: str | os.PathLike) -> dict[tuple[str, str], float]:
+class Scores(dict):
+    """The scores of a SCORES file, ``{(prompt_id, response_id): score}``, and ``repeated``: how
+    many rows gave a pair the score an earlier row had already given it (counted once)."""
+
+    repeated: int = 0
+
+
+def read_scores(path: str | os.PathLike) -> Scores:
     """Read a SCORES file: rows ``{prompt_id, response_id, score}`` -> {(pid, rid): score}.
 
-    A later row for the same pair replaces an earlier one (appended, resumed runs)."""
+    Every row is checked: a score must be a finite number (NaN, infinity, text or a bool is an
+    error naming the line and field ``score``); two rows for one (prompt id, response id) with
+    different scores are an error naming both lines; the same score twice counts once
+    (``Scores.repeated``). Ids are read as strings (``7`` and ``"7"`` are one id)."""
     name = str(path)
-    scores: dict[tuple[str, str], float] = {}
+    scores = Scores()
+    first_line: dict[tuple[str, str], int] = {}
     for lineno, obj in iter_rows(path):
         if not isinstance(obj, dict):
             raise CheemsInputError("row must be a JSON object", file=name, line=lineno)
@@ -93,8 +101,19 @@ def read_scores(path: str | os.PathLike) -> dict[tuple[str, str], float]:
             if k not in obj:
                 raise CheemsInputError(f"missing '{k}'", file=name, line=lineno, field=k)
         s = obj["score"]
-        if not (is_integer(s) or isinstance(s, float)) or s != s:  # not is_number: an infinite score passes
-            raise CheemsInputError(f"score must be a number, got {s!r}", file=name, line=lineno,
+        if not is_number(s):
+            why = " (NaN and infinity are not scores)" if isinstance(s, float) else ""
+            raise CheemsInputError(f"score must be a number, got {s!r}{why}", file=name, line=lineno,
                                    field="score")
-        scores[(str(obj["prompt_id"]), str(obj["response_id"]))] = float(s)
+        key = (str(obj["prompt_id"]), str(obj["response_id"]))
+        earlier = scores.get(key)
+        if earlier is None:
+            scores[key] = float(s)
+            first_line[key] = lineno
+        elif earlier == s:
+            scores.repeated += 1
+        else:
+            raise CheemsInputError(f"prompt {key[0]!r} response {key[1]!r} has two different scores: {earlier!r} "
+                                   f"at line {first_line[key]} and {float(s)!r} at line {lineno}", file=name,
+                                   line=lineno, field="score")
     return scores

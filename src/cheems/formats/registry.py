@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from cheems.formats import judge_pairs, llamafactory, official, pairs, rmb, transcripts
+from cheems.formats import judge_pairs, llamafactory, official, pairs, rmb, scored, transcripts
 from cheems.formats.spec import RowFormat
 from cheems.records import Prompt
 
@@ -34,6 +34,7 @@ ROW_FORMATS: tuple[RowFormat, ...] = (
     rmb.RMB_BON,
     transcripts.HH_RLHF,
     transcripts.TRL,
+    scored.SCORED,
 )
 
 FORMATS: dict[str, str] = {f.name: f.shape for f in ROW_FORMATS}

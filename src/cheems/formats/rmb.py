@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cheems.formats.fields import (CONSUMED, assemble_prompt, category_field, chat_messages, check_distinct,
+from cheems.formats.fields import (CONSUMED, assemble_prompt, category_field, chat_messages, number_twins,
                                    conversation_prompt, preferred_rank)
 from cheems.formats.spec import RowFormat
 from cheems.records import CheemsInputError, Prompt, PromptText, Response, response_id
@@ -51,7 +51,7 @@ def parse_rmb(obj: dict) -> Prompt:
     """An RMB pairwise row: ``chosen`` is better than ``reject``."""
     prompt = _rmb_prompt(obj)
     responses = [_rmb_answer(obj.get("chosen"), "chosen"), _rmb_answer(obj.get("reject"), "reject")]
-    check_distinct(responses, ("chosen", "reject"))
+    number_twins(responses)
     return assemble_prompt(obj, prompt, responses, preferred_rank(responses),
                            consumed=_RMB_CONSUMED | {"chosen", "reject"}, category=_category_path(obj))
 

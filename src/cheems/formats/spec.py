@@ -22,3 +22,4 @@ class RowFormat:
     read: Callable[[dict], Prompt]  # a raw row -> a Prompt; CheemsInputError naming the field it refuses
     shape: str  # the row's keys, as :data:`cheems.formats.FORMATS` shows them
     keys: tuple[str, ...] = ()  # keys no other format uses: a row holding one of them is this format
+    option: str | None = None  # what ``--format NAME:OPTION`` passes to ``read`` as its second argument

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from cheems.formats.fields import assemble_prompt, chat_messages, check_distinct, conversation_prompt, preferred_rank
+from cheems.formats.fields import assemble_prompt, chat_messages, number_twins, conversation_prompt, preferred_rank
 from cheems.formats.pairs import PAIR_CONSUMED, parse_pair
 from cheems.formats.spec import RowFormat
 from cheems.records import CheemsInputError, Prompt, Response, response_id
@@ -52,7 +52,7 @@ def parse_hh_rlhf(obj: dict) -> Prompt:
         raise CheemsInputError("the last Assistant turn must follow a Human turn", field="chosen")
     prompt = chosen[0]["content"] if len(chosen) == 2 else chosen[:-1]
     responses = [Response(response_id(t[-1]["content"]), t[-1]["content"]) for t in (chosen, rejected)]
-    check_distinct(responses, ("chosen", "rejected"))
+    number_twins(responses)
     return assemble_prompt(obj, prompt, responses, preferred_rank(responses), consumed=PAIR_CONSUMED)
 
 
@@ -83,7 +83,7 @@ def parse_trl(obj: dict) -> Prompt:
         if len(tail) != 1 or tail[0]["role"] != "assistant":
             raise CheemsInputError("must hold one assistant message after the prompt", field=name)
         responses.append(Response(response_id(tail[0]["content"]), tail[0]["content"]))
-    check_distinct(responses, ("chosen", "rejected"))
+    number_twins(responses)
     return assemble_prompt(obj, prompt, responses, preferred_rank(responses), consumed=PAIR_CONSUMED)
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cheems.benchmark import read_benchmark
-from cheems.formats import read_scores
+from cheems.formats import RepeatedRows, read_scores
 from cheems.metrics import benchmark_fingerprint, check_ties, evaluate_scores
-from cheems.records import CheemsInputError
+from cheems.records import CheemsInputError, identical_responses
+from cheems.settings import is_integer
 from cheems.scoring.baselines import BASELINES, check_seed
 from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.run import load_scorer, model_scores
@@ -38,7 +39,9 @@ class Evaluation:
     errors: list[CheemsInputError] = field(default_factory=list)
     encoding: object = None  # cheems.models.sequences.EncodeStats of the model's run
     truncation: str | None = None
-    repeated_rows: int = 0  # rows that repeated an earlier row exactly, counted once
+    repeated: RepeatedRows = field(default_factory=RepeatedRows)  # rows under an earlier row's id (keyed id#n)
+    identical: int = 0  # rows holding two or more responses of identical text (scored, a tie between them)
+    repeated_scores: int = 0  # rows of the SCORES file that repeat an earlier row's score, counted once
     items: list[dict] = field(default_factory=list)  # per prompt, its pairs' outcomes (cheems.metrics.prompt_items)
 
 
@@ -46,22 +49,31 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
                        baseline: str | None = None, model: str | os.PathLike | None = None,
                        model_settings: ModelSettings | None = None, judge=None, generate=None,
                        n_bootstrap: int = 1000, seed: int = 0, skip_invalid: bool = False, ties: str = "official",
-                       fmt: str | None = None, progress: Progress | None = None,
-                       notify: Notify | None = None) -> Evaluation:
+                       fmt: str | None = None, dedupe: bool = False, progress: Progress | None = None,
+                       notify: Notify | None = None, name: str | None = None) -> Evaluation:
     """Accuracy, Exact Match and Overall (paper §3.3) of one scorer on benchmark files.
 
     Give exactly one of ``scores``, ``baseline`` (``length``/``random``, seeded by ``seed``),
     ``model`` (with ``model_settings``) or ``judge`` (a JudgeConfig; ``generate`` answers
     offline instead of its endpoint). A file's stem names the subset of its rows without one.
     ``fmt`` forces a row format (see :data:`cheems.formats.FORMAT_NAMES`; default: detected per
-    row); rows that repeat an earlier row exactly are counted once (``repeated_rows``).
-    ``progress(done, total)`` follows scoring or judging. The report's ``model`` names the scorer.
+    row). Every row is an item, as the benchmarks' own evaluators count them; rows under an
+    earlier row's id are keyed ``id#n`` (``repeated``, :func:`cheems.benchmark.read_benchmark`),
+    and ``dedupe`` counts a row that repeats an earlier one exactly once. Two responses of
+    identical text in one row are scored (``identical`` counts such rows); a scorer that gives
+    equal text equal scores ties them, and ``ties`` decides what the tie costs.
+    ``progress(done, total)`` follows scoring or judging. The report's ``model`` names the scorer:
+    ``name``, or else the judge model, the scores file's stem, the model folder's name or the baseline.
     ``ties`` is the Exact Match tie rule of :func:`cheems.metrics.evaluate` (``"official"`` or
     ``"strict"``), recorded as the report's ``ties``. A judge's numbers do not depend on it: its
     tie (C) verdicts, unparseable replies and failed requests are wrong under both rules.
     """
     check_ties(ties)
     check_seed(seed)
+    if name is not None and not name.strip():
+        raise CheemsInputError("must not be empty", field="--name")
+    if not is_integer(n_bootstrap) or n_bootstrap < 0:
+        raise CheemsInputError(f"must be an integer >= 0 (0: no bootstrap), got {n_bootstrap!r}", field="n_bootstrap")
     if sum(x is not None for x in (scores, baseline, model, judge)) != 1:
         raise CheemsInputError("give exactly one of --scores FILE, --scorer length|random, --model DIR "
                                "or --judge MODEL --api-base URL")
@@ -70,34 +82,39 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
 
         check_model_folder(model)  # before reading the benchmark
     res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, require_rank=True, fmt=fmt,
-                                   empty="no valid prompts to evaluate")
-    evaluation = Evaluation({}, res.errors, repeated_rows=repeated)
+                                   empty="no valid prompts to evaluate", dedupe=dedupe)
+    evaluation = Evaluation({}, res.errors, repeated=repeated,
+                            identical=sum(identical_responses(p) > 0 for p in res.prompts))
     stats = dict(n_bootstrap=n_bootstrap, seed=seed, ties=ties)
     if judge is not None:
         from cheems.scoring.bench_judge import judge_bench, judge_items
 
         report = judge_bench(res.prompts, judge, progress, n_bootstrap=n_bootstrap, generate=generate)
         evaluation.items = judge_items(res.prompts, report)
-        name = judge.model
+        default_name = judge.model
     elif scores is not None:
         try:
-            report, evaluation.items = evaluate_scores(res.prompts, read_scores(scores), **stats)
+            score_map = read_scores(scores)
+            evaluation.repeated_scores = score_map.repeated
+            report, evaluation.items = evaluate_scores(res.prompts, score_map, **stats)
         except CheemsInputError as e:
             raise e.located(file=str(scores)) from None
-        name = Path(scores).stem
+        default_name = Path(scores).stem
     elif model is not None:
         settings = model_settings or ModelSettings()
         score_map, evaluation.encoding = model_scores(model, settings, res.prompts, progress, notify)
         evaluation.truncation = settings.truncation
         report, evaluation.items = evaluate_scores(res.prompts, score_map, **stats)
-        name = Path(model).name
+        default_name = Path(model).name
     else:
         report, evaluation.items = evaluate_scores(res.prompts, BASELINES[baseline](res.prompts, seed=seed), **stats)
-        name = baseline
+        default_name = baseline
     report["kind"] = "eval"
     report["scorer"] = "generative" if judge is not None else "discriminative"
     report["benchmark"] = benchmark_fingerprint(res.prompts)
-    report["model"] = name
+    report["model"] = name or default_name
     report["ties"] = ties
+    report["rows"] = {"items": len(res.prompts), "repeated": repeated.exact + repeated.differing,
+                      "exact_repeats": repeated.exact, "deduped": repeated.dropped}
     evaluation.report = report
     return evaluation

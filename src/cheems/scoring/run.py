@@ -40,13 +40,19 @@ def responses_fingerprint(prompts: Sequence[Prompt]) -> str:
 
 def scores_meta(prompts: Sequence[Prompt], model_path: str | Path, **settings) -> dict:
     """What a scores file of ``model_path`` depends on, recorded in its ``.meta.json``: the
-    model folder, the scoring settings, and fingerprints of the rows scored and of the
-    model's files, so a rerun after either changed is refused instead of keeping stale scores."""
-    from cheems.models.checkpoints import model_fingerprint
+    model folder, the scoring settings, a fingerprint of the rows scored, one of the whole
+    model and the sha256 of every byte of each model file that affects scores (one key per
+    file, ``"model file NAME_fingerprint"``), so a rerun after any of them changed is refused,
+    naming what changed ("the model file model.safetensors changed, the model changed"),
+    instead of mixing the scores of two models in one file. Unchanged big files are not read
+    again (see :func:`cheems.models.checkpoints.model_file_digests`)."""
+    from cheems.models.checkpoints import model_file_digests, model_fingerprint
 
+    digests = model_file_digests(model_path)
     return {"model": str(Path(model_path).resolve()), **settings,
             "responses_fingerprint": responses_fingerprint(prompts),
-            "model_fingerprint": model_fingerprint(model_path)}
+            "model_fingerprint": model_fingerprint(model_path, digests=digests),
+            **{f"model file {name}_fingerprint": digest for name, digest in digests.items()}}
 
 
 def score_to_file(rm, prompts: Sequence[Prompt], output: str | Path, *, meta: dict, token_budget: int | None = None,

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from cheems.models.checkpoints import (best_attention, detect_layout, load_classifier, load_tensors, load_tokenizer,
-                                       quiet_transformers, require_torch, resolve_dtype, value_head_source)
+                                       quiet_transformers, require_torch, resolve_dtype, value_head_source,
+                                       weights_that_fit)
 from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, rewards_at,
                                    use_packed_attention)
 from cheems.models.sequences import (ConversationEncoder, EncodeStats, default_token_budget, pad_right, plan_batches,
                                      reward_at_last_token)
+from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError, Prompt, PromptText, prompt_key
 from cheems.scoring.model_settings import ModelSettings
 
@@ -209,6 +211,8 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
         raise CheemsInputError("Liger kernels run on CUDA GPUs only; leave out --liger-kernels or use --device cuda",
                                field="liger_kernels")
     layout = detect_layout(path)  # checks the folder before anything loads: weights whole, tokenizer, one label
+    if device.startswith("cpu"):
+        use_available_cores()  # torch's default is every core of the machine, busy or not
     torch_dtype = resolve_dtype(dtype, device)
     kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
     if device.startswith("cuda"):
@@ -220,7 +224,7 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
     if layout == "seq-cls":
         model, _ = load_classifier(path, tokenizer, **kwargs)
     else:
-        with quiet_transformers():
+        with quiet_transformers(), weights_that_fit(path):
             model = AutoModel.from_pretrained(path, **kwargs)
         v_head = _load_v_head(path).to(device=device, dtype=torch_dtype).eval()
     model = model.to(device).eval()

@@ -52,6 +52,8 @@ class TrainConfig:
     resume: bool = setting(False, help="Continue from the last checkpoint in --output")
     truncate: bool = setting(False, help="Keep the last max-length tokens of longer sequences instead of "
                              "dropping them")
+    skip_invalid: bool = setting(False, help="Skip bad rows of the training and eval files (each named in a "
+                                 "warning) instead of failing")
     gradient_checkpointing: bool = setting(False, help="Trade compute for memory")
     bf16: bool = setting(False, help="bfloat16 mixed precision")
     token_budget: int | None = setting(None, min=1, default_text="micro batch size alone",

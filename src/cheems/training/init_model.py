@@ -8,6 +8,7 @@ Needs the ``[models]`` extra (torch, transformers, tokenizers).
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -30,9 +31,13 @@ SIZES = {
 }
 
 
-def tokenizer_texts(paths: Sequence[str | os.PathLike]) -> list[str]:
+def tokenizer_texts(paths: Sequence[str | os.PathLike], *, skip_invalid: bool = False,
+                    errors: list | None = None) -> list[str]:
     """The texts to train a tokenizer on: each non-blank line of a ``.txt`` file, and every
-    prompt and response of any other cheems data file. No text at all is an error."""
+    prompt and response of any other cheems data file (two responses of identical text are
+    two texts, as written). With ``skip_invalid`` a bad row of a data file is left out (its
+    CheemsInputError appended to ``errors`` when given) instead of raising. No text at all is
+    an error."""
     from cheems.formats import read_prompts
 
     texts: list[str] = []
@@ -47,7 +52,10 @@ def tokenizer_texts(paths: Sequence[str | os.PathLike]) -> list[str]:
                                        file=str(f)) from None
             texts.extend(line for line in lines if line.strip())
         else:
-            for p in read_prompts(f).prompts:
+            res = read_prompts(f, skip_invalid=skip_invalid)
+            if errors is not None:
+                errors.extend(res.errors)
+            for p in res.prompts:
                 texts.append(p.prompt_text)
                 texts.extend(r.content for r in p.responses)
     if not texts:
@@ -116,6 +124,30 @@ def init_model(output: str | Path, texts: Iterable[str], *, size: str = "tiny", 
         model = Qwen2ForCausalLM(tiny_config(tokenizer, size, architecture="Qwen2ForCausalLM"))
     else:
         raise ValueError(f"unknown head {head!r}; choose seq-cls or causal-lm")
-    model.save_pretrained(output)
-    tokenizer.save_pretrained(output)
+    _save_whole(output, model, tokenizer)
     return output
+
+
+def _save_whole(output: Path, model, tokenizer) -> None:
+    """Save the model and tokenizer into a temp folder beside ``output``, then put it in place:
+    renamed to ``output`` (or its files moved into an existing folder). A save that fails (a
+    full disk) leaves nothing behind and is one CheemsInputError naming ``output``."""
+    from cheems.io import WRITE_ERRORS, remove_stale_temps, temp_name, write_error
+
+    tmp = temp_name(output)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temps(output)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if not output.exists():
+            os.replace(tmp, output)
+            return
+        for f in sorted(tmp.iterdir(), key=lambda f: f.suffix == ".safetensors"):  # the weights last
+            os.replace(f, output / f.name)
+    except OSError as e:
+        if e.errno not in WRITE_ERRORS:
+            raise
+        raise write_error(output, e) from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -70,15 +70,21 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp / ACCELERATE_STATE_DIR))
-    state = model_state(accelerator, reward_model)
+    try:
+        accelerator.save_state(str(tmp / ACCELERATE_STATE_DIR))
+        state = model_state(accelerator, reward_model)
+        if is_main:
+            inner = accelerator.unwrap_model(reward_model).inner
+            inner.save_pretrained(tmp, state_dict=state)
+            tokenizer.save_pretrained(tmp)
+            state_record = {"step": step, "epoch": epoch, "total_steps": total_steps,
+                            "data_fingerprint": data_fingerprint, "config": config_record(config)}
+            (tmp / STATE_FILE).write_text(json.dumps(state_record, ensure_ascii=False, indent=1), encoding="utf-8")
+    except BaseException:  # a full disk: no half-written checkpoint left behind to fill it further
+        if is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if is_main:
-        inner = accelerator.unwrap_model(reward_model).inner
-        inner.save_pretrained(tmp, state_dict=state)
-        tokenizer.save_pretrained(tmp)
-        state_record = {"step": step, "epoch": epoch, "total_steps": total_steps,
-                        "data_fingerprint": data_fingerprint, "config": config_record(config)}
-        (tmp / STATE_FILE).write_text(json.dumps(state_record, ensure_ascii=False, indent=1), encoding="utf-8")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         for _, old in list_checkpoints(output)[:-KEEP_CHECKPOINTS]:

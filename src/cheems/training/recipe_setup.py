@@ -22,6 +22,7 @@ from cheems.io import files_fingerprint
 from cheems.models.checkpoints import load_classifier, load_tokenizer, quiet_transformers, require_torch
 from cheems.models.packing import use_packed_attention
 from cheems.models.sequences import DEFAULT_TOKEN_BUDGET
+from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
 from cheems.training.batching import batch_stats, greedy_prompt_batches
 from cheems.training.config import TrainConfig
@@ -219,6 +220,8 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     config.validate()
     output = Path(config.output)
     accelerator = _accelerator(config)
+    if accelerator.device.type == "cpu":
+        use_available_cores()  # torch's default is every core of the machine, busy or not
     start_step, resume_from = _resume_point(config, output)
     data_fingerprint = data_fingerprint or files_fingerprint(config.train)
     if resume_from is not None:
@@ -229,13 +232,14 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
                                          compile=config.compile)
     if config.lora_r:
         model = _with_lora(model, config)
-    data = encode_training_data(read_training_prompts(config.train), tokenizer, max_length=config.max_length,
-                                truncate=config.truncate)
+    prompts = read_training_prompts(config.train, skip_invalid=config.skip_invalid, notify=notify)
+    data = encode_training_data(prompts, tokenizer, max_length=config.max_length, truncate=config.truncate)
     if notify is not None and data.dropped > DROPPED_WARNING_SHARE * data.n_sequences:
         notify(f"warning: {data.dropped} of {data.n_sequences} sequence(s) "
                f"({data.dropped / data.n_sequences:.1%}) are longer than max_length {config.max_length} tokens and "
                f"are left out with their pairs (raise --max-length, or --truncate to keep their last tokens)")
-    eval_set = encode_eval_set(config.eval, tokenizer, max_length=config.max_length)
+    eval_set = encode_eval_set(config.eval, tokenizer, max_length=config.max_length, skip_invalid=config.skip_invalid,
+                               notify=notify)
     budget = token_budget_per_process(config, accelerator.device)
     first_batches = epoch_batches(data, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))

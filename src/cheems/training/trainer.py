@@ -33,12 +33,17 @@ Needs the ``[train]`` extra (torch, transformers, accelerate, pyyaml; peft for L
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
-from cheems.io import files_fingerprint
+from cheems.io import WRITE_ERRORS, files_fingerprint, write_error
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, evaluate_weights
 from cheems.training.loss import bradley_terry_loss
@@ -49,7 +54,8 @@ from cheems.training.recipe_setup import (DROPPED_WARNING_SHARE, MISSING_EXTRA, 
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
                                            read_training_prompts)
 
-__all__ = ["MAX_GRAD_NORM", "MISSING_EXTRA", "EvalSet", "Progress", "TrainingData", "TrainingRun",
+__all__ = ["FINAL_MODEL_TEMP", "MAX_GRAD_NORM", "MISSING_EXTRA", "SLOW_STEP_FACTOR", "EvalSet", "Progress", "SlowStepWatch",
+           "TrainingData", "TrainingRun",
            "encode_eval_set", "encode_training_data", "finish_run", "load_for_training",
            "DROPPED_WARNING_SHARE", "Notify", "batch_rewards", "finished_summary", "read_training_prompts", "setup_run",
            "token_budget_per_process", "train", "train_epoch"]
@@ -57,6 +63,59 @@ __all__ = ["MAX_GRAD_NORM", "MISSING_EXTRA", "EvalSet", "Progress", "TrainingDat
 MAX_GRAD_NORM = 1.0
 
 Progress = Callable[[int, int, dict], None]
+_T = TypeVar("_T")
+
+
+# ---------------------------------------------------------------------------- a busy machine
+
+SLOW_STEP_FACTOR = 4.0
+"""A step this many times slower than the usual one (the median of the first steps after
+warm-up) is taken as a sign that the machine is busy."""
+
+
+@dataclass
+class SlowStepWatch:
+    """Times the optimizer steps and says once, through ``notify``, when one takes more than
+    ``factor`` times the usual step: the median of the ``baseline`` steps after the first
+    ``warmup`` ones (which allocate and compile). A step that slow is seldom the run's own
+    doing: other processes are using the cores (or the GPU) it was given."""
+
+    notify: Notify | None
+    clock: Callable[[], float] = field(default_factory=lambda: time.perf_counter)
+    warmup: int = 1
+    baseline: int = 5
+    factor: float = SLOW_STEP_FACTOR
+    seen: int = 0
+    usual: list[float] = field(default_factory=list)
+    said: bool = False
+
+    def time(self, step: int, work: Callable[[], _T]) -> _T:
+        """``work()``, timed as optimizer step ``step``."""
+        start = self.clock()
+        result = work()
+        self.observe(step, self.clock() - start)
+        return result
+
+    def observe(self, step: int, seconds: float) -> None:
+        """Count one step that took ``seconds``; notify if it is the first far slower one."""
+        self.seen += 1
+        if self.seen <= self.warmup:
+            return
+        if len(self.usual) < self.baseline:
+            self.usual.append(seconds)
+            return
+        usual = statistics.median(self.usual)
+        if self.said or self.notify is None or seconds <= self.factor * usual:
+            return
+        self.said = True
+        self.notify(f"note: step {step} took {seconds:.1f} s, over {self.factor:g}x the usual {usual:.2f} s: the "
+                    f"machine looks busy (other processes on its cores); the run goes on. {_thread_note()}")
+
+
+def _thread_note() -> str:
+    import torch
+
+    return f"torch runs {torch.get_num_threads()} CPU thread(s); OMP_NUM_THREADS sets how many."
 
 
 # ---------------------------------------------------------------------------- a batch across processes
@@ -109,10 +168,12 @@ def _due(every: int, step: int, end_of_epoch: bool) -> bool:
     return (every and step % every == 0) or (not every and end_of_epoch)
 
 
-def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None) -> None:
+def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None,
+                watch: SlowStepWatch | None = None) -> None:
     """One epoch of optimizer steps (its batches planned with ``seed + epoch``), skipping the
     steps done before the checkpoint the run resumed from. After each step: evaluate and
-    checkpoint when due, log, and call ``progress`` (see `train`) on the main process."""
+    checkpoint when due, log, and call ``progress`` (see `train`) on the main process.
+    ``watch`` times the steps (not the evaluations and checkpoints between them)."""
     config, accelerator = run.config, run.accelerator
     batches = run.first_batches if epoch == 0 else epoch_batches(run.data, config, accelerator.num_processes, epoch,
                                                                  run.token_budget)
@@ -121,7 +182,9 @@ def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None) 
     for g, group in enumerate(groups):
         if epoch * run.steps_per_epoch + g < run.step:
             continue  # done before the checkpoint we resumed from
-        stats = _optimizer_step(run, group, epoch_position=epoch + (g + 1) / len(groups))
+        position = epoch + (g + 1) / len(groups)
+        step = (lambda: _optimizer_step(run, group, epoch_position=position))  # noqa: B023  (called at once)
+        stats = watch.time(run.step + 1, step) if watch is not None else step()
         end_of_epoch = g == len(groups) - 1
         if _due(config.eval_every, run.step, end_of_epoch):
             run.last_eval = stats["eval"] = _evaluate_run(run)
@@ -197,7 +260,7 @@ def finish_run(run: TrainingRun, train_seconds: float) -> dict:
     returned and written to ``train_summary.json`` (see `train`)."""
     if run.eval_step != run.step:
         run.last_eval = _evaluate_run(run)
-    save_final_model(run.accelerator, run.output, run.reward_model, run.tokenizer, merge_lora=bool(run.config.lora_r))
+    _save_final_model_whole(run)
     run.log.close()
     config, data = run.config, run.data
     right, pairs = sum(r for r, _ in run.epoch_right), sum(n for _, n in run.epoch_right)
@@ -215,6 +278,39 @@ def finish_run(run: TrainingRun, train_seconds: float) -> dict:
     if run.accelerator.is_main_process:
         write_summary(run.output, summary)
     return summary
+
+
+FINAL_MODEL_TEMP = ".final-model.tmp"
+"""Where the final model is saved inside the output folder before its files are moved up."""
+
+
+def _save_final_model_whole(run: TrainingRun) -> None:
+    """The final model saved (`save_final_model`) into a temp folder inside the output folder,
+    its files then moved up: a save that fails half-way (a full disk) leaves no model in the
+    output folder that looks whole, and no temp folder."""
+    tmp, main = run.output / FINAL_MODEL_TEMP, run.accelerator.is_main_process
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    try:
+        save_final_model(run.accelerator, tmp, run.reward_model, run.tokenizer, merge_lora=bool(run.config.lora_r))
+        if main:
+            for f in sorted(tmp.iterdir(), key=lambda f: f.suffix == ".safetensors"):  # the weights last
+                os.replace(f, run.output / f.name)
+    finally:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _writes_into(folder: str | os.PathLike):
+    """An output that cannot be written (a full disk, no permission) as one error naming ``folder``."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in WRITE_ERRORS:
+            raise
+        raise write_error(folder, e) from None
 
 
 # ---------------------------------------------------------------------------- the recipe
@@ -259,8 +355,11 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     tokens trained on per second, all processes), ``train_loss`` / ``train_accuracy`` (mean
     over the last epoch), ``eval`` (final metrics or None), ``output`` and ``resumed_from``
     (the step resumed from, or None). ``notify(line)`` receives warnings found before
-    training starts (many sequences over ``max_length``). With ``resume`` on a run that has
-    already finished, nothing is trained: its summary comes back with ``already_finished``.
+    training starts (many sequences over ``max_length``) and, once, a note when a step takes
+    far longer than the first ones did (`SlowStepWatch`: a busy machine). An output that
+    cannot be written (a full disk) is one CheemsInputError naming the output folder. With
+    ``resume`` on a run that has already finished, nothing is trained: its summary comes back
+    with ``already_finished``.
     """
     config.validate()
     data_fingerprint = files_fingerprint(config.train)  # read once: the checks of a resume need it
@@ -268,9 +367,11 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     if done is not None:
         return done
     run = setup_run(config, notify, data_fingerprint=data_fingerprint)
+    watch = SlowStepWatch(notify if run.accelerator.is_main_process else None)
     started = time.perf_counter()
-    for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
-        train_epoch(run, epoch, progress)
-    summary = finish_run(run, train_seconds=time.perf_counter() - started)
+    with _writes_into(config.output):  # checkpoints, the log, the final model
+        for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
+            train_epoch(run, epoch, progress, watch)
+        summary = finish_run(run, train_seconds=time.perf_counter() - started)
     run.accelerator.end_training()  # several processes: their process group is torn down in step
     return summary
