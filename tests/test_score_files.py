@@ -31,6 +31,12 @@ def test_the_same_score_twice_counts_once_with_a_note(tmp_path):
     r = run_cli_in(tmp_path, "eval", "bench.jsonl", "--scores", "s.jsonl", "--bootstrap", "0")
     assert r.returncode == 0, r.stderr
     assert "note: 2 row(s) of the scores file repeat an earlier row's score; each counts once" in r.stderr
+    write_jsonl_rows(tmp_path / "gold.jsonl", [*SCORES, SCORES[3]])
+    r = run_cli_in(tmp_path, "bon", "bench.jsonl", "--scores", "s.jsonl", "--gold", "gold.jsonl", "-n", "1,2",
+                   "--bootstrap", "0", "--json", "bon.json")
+    assert r.returncode == 0, r.stderr
+    assert "note: 3 row(s) of the scores file repeat an earlier row's score; each counts once" in r.stderr
+    assert json.loads((tmp_path / "bon.json").read_text(encoding="utf-8"))["repeated_score_rows"] == 3
 
 
 def test_two_different_scores_for_one_response_name_both_lines(tmp_path):

@@ -95,6 +95,9 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
                                          n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
                                          notify=err.print, name=name)
     print_skipped(errors)
+    if report.get("repeated_score_rows"):
+        err.print(f"note: {report['repeated_score_rows']} row(s) of the scores file repeat an earlier row's score; "
+                  "each counts once")
     if json_out:
         write_json(json_out, report)
     _print_bon(report)

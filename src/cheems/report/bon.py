@@ -137,6 +137,9 @@ def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[in
         rewards, _ = model_scores(model, model_settings or ModelSettings(), res.prompts, progress, notify)
         default_name = Path(model).name
     report = {"kind": "bon", "model": name or default_name, "prompts": len(res.prompts)}
+    repeated = sum(getattr(m, "repeated", 0) for m in (rewards, gold_map) if m is not None)
+    if repeated:  # rows that gave a response the score an earlier row gave it: counted once
+        report["repeated_score_rows"] = repeated
     if gold_map is not None:
         report.update(best_of_n_curve(res.prompts, rewards, gold_map, ns, n_bootstrap=n_bootstrap, seed=seed))
         report["gold"] = Path(gold).name
