@@ -482,3 +482,30 @@ def test_the_score_keys_score_the_next_task_after_ctrl_enter_from_the_note(tmp_p
                 page.wait_for_function("m => document.getElementById('task-meta').textContent !== m", arg=meta)
                 assert page.evaluate("document.activeElement.id") == "response-A"
         page.wait_for_selector("#empty-view:not([hidden])")
+
+
+def test_a_user_of_two_studies_picks_one_on_the_page(server, browser):
+    """ann1 annotates in ``default`` and in a second study: the page opens in ``default`` with a
+    picker of both; picking the other reloads the page there, with that study's task and its
+    dashboard link; rev1 (no role in the other study) has no picker and is refused there."""
+    base, db, tmp = server
+    ok(cli("annotate", "study", "add", "诗歌", "--db", db))
+    ok(cli("annotate", "add-user", "ann1", "--role", "annotator", "--study", "诗歌", "--password-stdin", "--db", db,
+           stdin=PASSWORDS["ann1"] + "\n"))
+    poem = dict(BEIJING, prompt="请写一首关于长城的诗。")  # the same prompt id in the other study
+    ok(cli("annotate", "import", write_jsonl_rows(tmp / "poems.jsonl", [poem]), "--study", "诗歌", "--db", db))
+    page = open_page(browser, base, "ann1")
+    page.wait_for_selector("#task-view:not([hidden])")
+    assert "北京" in page.text_content("#prompt")
+    assert page.is_visible("#study") and page.eval_on_selector_all("#study option", "os => os.map(o => o.value)") \
+        == ["default", "诗歌"]
+    page.select_option("#study", "诗歌")
+    page.wait_for_url("**/?study=*")
+    page.wait_for_selector("#prompt:has-text('长城的诗')")
+    assert page.input_value("#study") == "诗歌"
+    assert page.get_attribute("#nav-dashboard", "href").startswith("/dashboard?study=")
+    reviewer = open_page(browser, base, "rev1")
+    reviewer.wait_for_selector("#nav-review.current")
+    assert reviewer.is_hidden("#study")
+    refused = reviewer.evaluate("fetch('/api/review/next?study=' + encodeURIComponent('诗歌')).then(r => r.status)")
+    assert refused == 403

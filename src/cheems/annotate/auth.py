@@ -16,11 +16,12 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from cheems.annotate.db import User, WebSession, now
+from cheems.annotate.db import DEFAULT_STUDY, Membership, User, WebSession, now
+from cheems.annotate.studies import Member, find_study, member_of
 from cheems.annotate.workflow import ROLES
 from cheems.records import CheemsInputError
 
-__all__ = ["SESSION_HOURS", "add_user", "check_csrf", "end_session", "log_in", "session_of"]
+__all__ = ["SESSION_HOURS", "add_user", "password_hash", "check_csrf", "end_session", "log_in", "session_of"]
 
 SESSION_HOURS = 12
 _hasher = PasswordHasher()
@@ -31,8 +32,16 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def add_user(session: Session, name: str, role: str, password: str, categories: list[str] = ()) -> User:
-    """Create an account; a taken name, an unknown role or an empty password is a CheemsInputError."""
+def password_hash(password: str) -> str:
+    """The argon2 hash of a password, as accounts store it."""
+    return _hasher.hash(password)
+
+
+def add_user(session: Session, name: str, role: str, password: str, categories: list[str] = (), *,
+             study: str = DEFAULT_STUDY) -> Member:
+    """Give ``name`` a role (and categories) in ``study``, creating the account when it is new; an
+    existing account joins another study only with its own password. A name that already has a
+    role there, an unknown role or study, or an empty password is a CheemsInputError. Commits."""
     name = name.strip() if isinstance(name, str) else name
     if not name or len(name) > 100:
         raise CheemsInputError("a user name of 1 to 100 characters is needed", field="NAME")
@@ -40,14 +49,31 @@ def add_user(session: Session, name: str, role: str, password: str, categories: 
         raise CheemsInputError(f"unknown role {role!r} (use {', '.join(ROLES)})", field="--role")
     if not password:
         raise CheemsInputError("the password is empty", field="password")
-    user = User(name=name, role=role, categories=[c for c in categories if c], password_hash=_hasher.hash(password))
-    session.add(user)
+    where = find_study(session, study)
+    user = session.scalar(select(User).where(User.name == name))
+    if user is None:
+        user = User(name=name, password_hash=password_hash(password))
+        session.add(user)
+    elif session.get(Membership, (where.id, user.id)) is not None:
+        raise CheemsInputError(f"user {name!r} already exists (in study {where.name!r})", field="NAME")
+    elif not _password_matches(user.password_hash, password):
+        raise CheemsInputError(f"user {name!r} already exists: give their own password to add them to study "
+                               f"{where.name!r}", field="password")
     try:
+        session.flush()
+        session.add(Membership(study_id=where.id, user_id=user.id, role=role, categories=[c for c in categories if c]))
         session.commit()
     except IntegrityError:
         session.rollback()
         raise CheemsInputError(f"user {name!r} already exists", field="NAME") from None
-    return user
+    return member_of(session, user, where)
+
+
+def _password_matches(password_hash: str, password: str) -> bool:
+    try:
+        return _hasher.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
 
 
 def log_in(session: Session, name: object, password: object, *,

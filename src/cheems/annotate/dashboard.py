@@ -13,9 +13,10 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from cheems.annotate.db import Annotation, Assignment, ReviewItem, Task, User
+from cheems.annotate.db import DEFAULT_STUDY, Annotation, Assignment, Membership, ReviewItem, Task, User
 from cheems.annotate.export import annotated_prompts
 from cheems.annotate.protocol import relation
+from cheems.annotate.studies import find_study
 from cheems.graph import resolve_conflicts
 
 __all__ = ["krippendorff_alpha", "stats"]
@@ -47,10 +48,14 @@ def krippendorff_alpha(units: dict, level: str) -> dict:
     return out
 
 
-def stats(session: Session) -> dict:
-    names = dict(session.execute(select(User.id, User.name)).all())
-    tasks = {t.id: t for t in session.scalars(select(Task))}
-    answers = session.scalars(select(Annotation).where(Annotation.user_id.is_not(None))).all()
+def stats(session: Session, study: str = DEFAULT_STUDY) -> dict:
+    """The numbers of one study, for its members."""
+    sid = find_study(session, study).id
+    names = dict(session.execute(select(User.id, User.name).join(Membership, Membership.user_id == User.id)
+                                 .where(Membership.study_id == sid)).all())
+    tasks = {t.id: t for t in session.scalars(select(Task).where(Task.study_id == sid))}
+    answers = session.scalars(select(Annotation).join(Task, Task.id == Annotation.task_id).where(
+        Task.study_id == sid, Annotation.user_id.is_not(None))).all()
     regular = [t for t in tasks.values() if t.gold_levels is None]
     by_category: dict[str, Counter] = defaultdict(Counter)
     for t in regular:
@@ -70,22 +75,25 @@ def stats(session: Session) -> dict:
         "tasks": {"total": len(regular), "gold": len(tasks) - len(regular),
                   **Counter(t.state for t in regular)},
         "by_category": {c: dict(n) for c, n in sorted(by_category.items())},
-        "by_annotator": _by_annotator(session, names, answers, tasks),
+        "by_annotator": _by_annotator(session, sid, names, answers),
         "per_day": dict(sorted(per_day.items())),
         "agreement": {"tasks": len(agreed), "percent": float(np.mean(agreed)) if agreed else None,
                       "fully_agreed": sum(a == 1 for a in agreed)},
         "krippendorff": {"scores_ordinal": krippendorff_alpha(scores, "ordinal"),
                          "pairs_nominal": krippendorff_alpha(relations, "nominal")},
-        "gold": {"annotators": _gold_annotators(names, answers, tasks), "reviewers": _gold_reviewers(session, names)},
+        "gold": {"annotators": _gold_annotators(names, answers, tasks),
+                 "reviewers": _gold_reviewers(session, sid, names)},
         "position_bias": _position_bias(names, first),
-        "conflict_ratio": _conflict_ratio(session),
+        "conflict_ratio": _conflict_ratio(session, sid),
     }
 
 
-def _by_annotator(session: Session, names: dict, answers: list[Annotation], tasks: dict) -> dict:
-    roles = dict(session.execute(select(User.id, User.role)).all())
-    open_now = Counter(session.scalars(select(Assignment.user_id).where(Assignment.submitted_at.is_(None))))
-    reviewed = Counter(session.scalars(select(ReviewItem.reviewer_id).where(ReviewItem.verdict.is_not(None))))
+def _by_annotator(session: Session, sid: int, names: dict, answers: list[Annotation]) -> dict:
+    roles = dict(session.execute(select(Membership.user_id, Membership.role).where(Membership.study_id == sid)).all())
+    open_now = Counter(session.scalars(select(Assignment.user_id).join(Task, Task.id == Assignment.task_id)
+                                       .where(Task.study_id == sid, Assignment.submitted_at.is_(None))))
+    reviewed = Counter(session.scalars(select(ReviewItem.reviewer_id).where(ReviewItem.study_id == sid,
+                                                                            ReviewItem.verdict.is_not(None))))
     out = {}
     for uid, name in sorted(names.items(), key=lambda kv: kv[1]):
         mine = [a for a in answers if a.user_id == uid]
@@ -108,9 +116,10 @@ def _gold_annotators(names: dict, answers: list[Annotation], tasks: dict) -> dic
     return {n: {"gold_tasks": len(v), "accuracy": float(np.mean(v))} for n, v in sorted(hits.items())}
 
 
-def _gold_reviewers(session: Session, names: dict) -> dict:
+def _gold_reviewers(session: Session, sid: int, names: dict) -> dict:
     hits: dict[str, list[bool]] = defaultdict(list)
-    for item in session.scalars(select(ReviewItem).where(ReviewItem.gold_verdict.is_not(None),
+    for item in session.scalars(select(ReviewItem).where(ReviewItem.study_id == sid,
+                                                         ReviewItem.gold_verdict.is_not(None),
                                                          ReviewItem.verdict.is_not(None))):
         hits[names[item.reviewer_id]].append(item.verdict == item.gold_verdict)
     return {n: {"gold_items": len(v), "accuracy": float(np.mean(v))} for n, v in sorted(hits.items())}
@@ -126,8 +135,8 @@ def _position_bias(names: dict, first: list[Annotation]) -> dict:
     return {n: {"strict_pairs": len(v), "first_shown_wins": float(np.mean(v))} for n, v in sorted(wins.items())}
 
 
-def _conflict_ratio(session: Session) -> float | None:
-    prompts, _ = annotated_prompts(session)
+def _conflict_ratio(session: Session, sid: int) -> float | None:
+    prompts, _ = annotated_prompts(session, sid)
     if not prompts:
         return None
     return resolve_conflicts(prompts).report(prompts)["total"]["conflict_ratio"]

@@ -3,7 +3,9 @@
 One schema serves SQLite (the default: one file, WAL journal, a busy timeout, every write
 transaction taken with ``BEGIN IMMEDIATE`` so concurrent writers queue instead of failing with
 "database is locked") and PostgreSQL (psycopg 3). Alembic owns the schema: `migrate` upgrades a
-database to the newest revision; the first revision creates the tables declared here.
+database to the newest revision; the first revision created one project's tables, the second
+(``0002_studies``) holds several studies side by side: prompts are keyed ``(study_id, id)``,
+tasks and review items carry their study, and roles live in ``memberships``.
 
 Invariants the workflow relies on, enforced by the database itself:
 
@@ -19,18 +21,20 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint,
-                        create_engine, event, inspect)
+from sqlalchemy import (JSON, Boolean, DateTime, Float, ForeignKey, ForeignKeyConstraint, Index, Integer, String,
+                        Text, UniqueConstraint, create_engine, event, inspect)
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 from cheems.records import CheemsInputError
 
-__all__ = ["DEFAULT_DB", "Annotation", "Assignment", "Base", "PromptRow", "ReviewItem", "Task", "User", "WebSession",
-           "make_engine", "migrate", "now", "schema_is_current", "session_factory"]
+__all__ = ["DEFAULT_DB", "DEFAULT_STUDY", "Annotation", "Assignment", "Base", "Membership", "PromptRow", "ReviewItem",
+           "Study", "Task", "User", "WebSession", "alembic_config", "make_engine", "migrate", "now",
+           "schema_is_current", "session_factory"]
 
 DEFAULT_DB = "sqlite:///annotations.db"
+DEFAULT_STUDY = "default"
 
 
 def now() -> dt.datetime:
@@ -42,14 +46,32 @@ class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
+class Study(Base):
+    """One project in the database: its own prompts, tasks, roles, workflow settings and export."""
+
+    __tablename__ = "studies"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(100), unique=True)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # WorkflowSettings fields
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
+
+
 class User(Base):
+    """An account, shared by every study; its role and categories are per study (`Membership`)."""
+
     __tablename__ = "users"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(100), unique=True)
-    role: Mapped[str] = mapped_column(String(20))  # annotator | reviewer | admin
-    categories: Mapped[list[Any]] = mapped_column(JSON, default=list)  # main categories of expertise
     password_hash: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime, default=now)
+
+
+class Membership(Base):
+    __tablename__ = "memberships"
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"), primary_key=True)
+    role: Mapped[str] = mapped_column(String(20))  # annotator | reviewer | admin
+    categories: Mapped[list[Any]] = mapped_column(JSON, default=list)  # main categories of expertise
 
 
 class WebSession(Base):
@@ -62,6 +84,7 @@ class WebSession(Base):
 
 class PromptRow(Base):
     __tablename__ = "prompts"
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), primary_key=True)
     id: Mapped[str] = mapped_column(String(200), primary_key=True)
     position: Mapped[int] = mapped_column(Integer)
     prompt: Mapped[Any] = mapped_column(JSON)  # text, or a list of chat messages
@@ -74,7 +97,8 @@ class PromptRow(Base):
 class Task(Base):
     __tablename__ = "tasks"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    prompt_id: Mapped[str] = mapped_column(ForeignKey("prompts.id"))
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"))
+    prompt_id: Mapped[str] = mapped_column(String(200))
     round: Mapped[int] = mapped_column(Integer)  # 1..5 for five responses
     response_ids: Mapped[list[Any]] = mapped_column(JSON)  # the triple, in the prompt's order
     queue_key: Mapped[int] = mapped_column(Integer)  # hand-out order: gold mixed in at seeded places
@@ -85,7 +109,9 @@ class Task(Base):
     state: Mapped[str] = mapped_column(String(20), default="open")  # open | aligning | escalated | done
     agreement: Mapped[float | None] = mapped_column(Float, nullable=True)
     gold_levels: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # {response id: level}
-    __table_args__ = (Index("ix_tasks_queue", "state", "queue_key"),)
+    __table_args__ = (ForeignKeyConstraint(["study_id", "prompt_id"], ["prompts.study_id", "prompts.id"],
+                                           name="fk_tasks_prompt"),
+                      Index("ix_tasks_study_queue", "study_id", "state", "queue_key"))
 
 
 class Assignment(Base):
@@ -125,6 +151,7 @@ class Annotation(Base):
 class ReviewItem(Base):
     __tablename__ = "review_items"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"))
     annotation_id: Mapped[int] = mapped_column(ForeignKey("annotations.id"))
     stage: Mapped[int] = mapped_column(Integer)  # 1, 2, ...: each stage samples what the last accepted
     queue_key: Mapped[int] = mapped_column(Integer)
@@ -134,7 +161,8 @@ class ReviewItem(Base):
     note: Mapped[str] = mapped_column(Text, default="")
     decided_at: Mapped[dt.datetime | None] = mapped_column(DateTime, nullable=True)
     gold_verdict: Mapped[str | None] = mapped_column(String(10), nullable=True)  # the expected verdict of a gold item
-    __table_args__ = (UniqueConstraint("annotation_id", "stage", name="uq_review_annotation_stage"),)
+    __table_args__ = (UniqueConstraint("annotation_id", "stage", name="uq_review_annotation_stage"),
+                      Index("ix_review_items_study_queue", "study_id", "stage", "queue_key"))
 
 
 def make_engine(url: str) -> Engine:
@@ -189,7 +217,8 @@ def session_factory(engine: Engine) -> sessionmaker:
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
-def _alembic_config(engine: Engine):
+def alembic_config(engine: Engine):
+    """Alembic's configuration for the migrations of this package, on ``engine``."""
     from alembic.config import Config
 
     cfg = Config()
@@ -203,7 +232,7 @@ def migrate(engine: Engine) -> str:
     from alembic import command
     from alembic.script import ScriptDirectory
 
-    cfg = _alembic_config(engine)
+    cfg = alembic_config(engine)
     command.upgrade(cfg, "head")
     return ScriptDirectory.from_config(cfg).get_current_head()
 
@@ -217,4 +246,4 @@ def schema_is_current(engine: Engine) -> bool:
         return False
     with engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
-    return current == ScriptDirectory.from_config(_alembic_config(engine)).get_current_head()
+    return current == ScriptDirectory.from_config(alembic_config(engine)).get_current_head()

@@ -14,6 +14,9 @@ for one more annotator. Gold tasks (with a known ranking) are mixed into the han
 each annotator; planted gold answers (one right, one reversed) are mixed into the review stream
 and score each reviewer.
 
+Everything happens inside one study (`cheems.annotate.studies`): the user each step is given is a
+``Member`` of it, and every query keeps to that study's tasks, answers and review items.
+
 Every step is one short transaction. Counters change only through conditional ``UPDATE``s whose
 row count says who won, and the unique constraints of `cheems.annotate.db` refuse doubles, so
 concurrent requests never hand one task to one person twice, exceed the overlap or store a
@@ -35,6 +38,7 @@ from sqlalchemy.orm import Session
 from cheems.annotate.db import Annotation, Assignment, PromptRow, ReviewItem, Task, User, now
 from cheems.annotate.protocol import LETTERS, Submission, agreement, check_submission, relation
 from cheems.annotate.settings import WorkflowSettings
+from cheems.annotate.studies import DEFAULT_STUDY, Member, find_study
 from cheems.graph import triple_tasks
 from cheems.records import CheemsInputError, Prompt
 
@@ -59,16 +63,17 @@ class WorkflowError(Exception):
 
 
 def import_prompts(session: Session, prompts: list[Prompt], *, overlap: int = 2, gold: list[Prompt] = (),
-                   seed: int = 0) -> dict[str, int]:
-    """Add prompts and their triple-wise tasks (`cheems.graph.triple_tasks`, circular design);
+                   seed: int = 0, study: str = DEFAULT_STUDY) -> dict[str, int]:
+    """Add prompts to ``study`` and their triple-wise tasks (`cheems.graph.triple_tasks`, circular design);
     gold prompts (with a ``rank``) become gold tasks mixed into the queue at seeded places, each
     with two planted review answers. A prompt already imported with the same content is skipped;
     one with the same id and other content is an error. Returns counts; commits."""
     if overlap < 1:
         raise CheemsInputError(f"overlap must be at least 1, got {overlap}", field="--overlap")
+    sid = find_study(session, study).id
     rng = random.Random(seed)
-    position = session.scalar(select(func.count()).select_from(PromptRow)) or 0
-    key = (session.scalar(select(func.max(Task.queue_key))) or 0) + 1000
+    position = session.scalar(select(func.count()).select_from(PromptRow).where(PromptRow.study_id == sid)) or 0
+    key = (session.scalar(select(func.max(Task.queue_key)).where(Task.study_id == sid)) or 0) + 1000
     counts = {"prompts": 0, "tasks": 0, "gold_prompts": 0, "gold_tasks": 0, "skipped": 0}
     gold_tasks = []
     for p, is_gold in itertools.chain(((p, False) for p in prompts), ((g, True) for g in gold)):
@@ -77,17 +82,18 @@ def import_prompts(session: Session, prompts: list[Prompt], *, overlap: int = 2,
         if len(p.responses) < 2:
             raise CheemsInputError(f"prompt {p.id!r} has {len(p.responses)} response(s); a task needs 2 or 3",
                                    field="responses")
-        if _already_there(session, p, is_gold):
+        if _already_there(session, sid, p, is_gold):
             counts["skipped"] += 1
             continue
-        session.add(PromptRow(id=p.id, position=position, prompt=p.prompt, category=list(p.category),
+        session.add(PromptRow(study_id=sid, id=p.id, position=position, prompt=p.prompt, category=list(p.category),
                               subset=p.subset, responses=[r.to_dict() for r in p.responses], is_gold=is_gold))
         position += 1
         counts["gold_prompts" if is_gold else "prompts"] += 1
         ids = p.response_ids()
         for k, triple in enumerate(triple_tasks(len(ids))):
             rids = [ids[i] for i in triple]
-            task = Task(prompt_id=p.id, round=k + 1, response_ids=rids, category=p.main_category, overlap=overlap,
+            task = Task(study_id=sid, prompt_id=p.id, round=k + 1, response_ids=rids, category=p.main_category,
+                        overlap=overlap,
                         queue_key=key, claimed=0, submitted=0, state="open")
             key += 1000
             if is_gold:
@@ -104,12 +110,12 @@ def import_prompts(session: Session, prompts: list[Prompt], *, overlap: int = 2,
     return counts
 
 
-def _already_there(session: Session, p: Prompt, is_gold: bool) -> bool:
-    row = session.get(PromptRow, p.id)
+def _already_there(session: Session, study_id: int, p: Prompt, is_gold: bool) -> bool:
+    row = session.get(PromptRow, (study_id, p.id))
     if row is None:
         return False
     if row.prompt != p.prompt or row.responses != [r.to_dict() for r in p.responses] or row.is_gold != is_gold:
-        raise CheemsInputError(f"prompt id {p.id!r} is already in the database with other content", field="id")
+        raise CheemsInputError(f"prompt id {p.id!r} is already in the study with other content", field="id")
     return True
 
 
@@ -131,7 +137,8 @@ def _plant_gold_reviews(session: Session, task: Task, queue_key: int) -> None:
                          ranking=_ranking_text(rids, levels), spans=[], note="", status="active")
         session.add(ann)
         session.flush()
-        session.add(ReviewItem(annotation_id=ann.id, stage=1, queue_key=queue_key, gold_verdict=verdict, note=""))
+        session.add(ReviewItem(study_id=task.study_id, annotation_id=ann.id, stage=1, queue_key=queue_key,
+                               gold_verdict=verdict, note=""))
 
 
 def annotation_pairs(rids: list[str], levels: dict[str, int]) -> dict[str, str]:
@@ -147,12 +154,17 @@ def _ranking_text(order: list[str], levels: dict[str, int]) -> str:
 # ----------------------------------------------------------------------------------------- hand-out
 
 
-def reclaim_abandoned(session: Session, settings: WorkflowSettings, limit: int = 100) -> int:
-    """Take back assignments not submitted within the claim timeout, so the task goes to someone
-    else; returns how many. The delete and the counter change are one transaction per row."""
+def reclaim_abandoned(session: Session, settings: WorkflowSettings, limit: int = 100,
+                      study_id: int | None = None) -> int:
+    """Take back assignments (of one study, or of all) not submitted within the claim timeout, so
+    the task goes to someone else; returns how many. The delete and the counter change are one
+    transaction per row."""
     cutoff = now() - timedelta(seconds=settings.claim_timeout_s)
-    stale = session.execute(select(Assignment.id, Assignment.task_id).where(
-        Assignment.submitted_at.is_(None), Assignment.claimed_at < cutoff).limit(limit)).all()
+    query = select(Assignment.id, Assignment.task_id).where(Assignment.submitted_at.is_(None),
+                                                            Assignment.claimed_at < cutoff)
+    if study_id is not None:
+        query = query.join(Task, Task.id == Assignment.task_id).where(Task.study_id == study_id)
+    stale = session.execute(query.limit(limit)).all()
     taken = 0
     for aid, tid in stale:
         gone = session.query(Assignment).filter(Assignment.id == aid, Assignment.submitted_at.is_(None)).delete()
@@ -163,25 +175,27 @@ def reclaim_abandoned(session: Session, settings: WorkflowSettings, limit: int =
     return taken
 
 
-def next_task(session: Session, user: User, settings: WorkflowSettings) -> tuple[Task, Assignment] | None:
-    """The user's open assignment, or a newly claimed task: open, not theirs before, under its
+def next_task(session: Session, user: Member, settings: WorkflowSettings) -> tuple[Task, Assignment] | None:
+    """The user's open assignment in their study, or a newly claimed task: open, not theirs before, under its
     overlap, tasks of the user's categories first, then in queue order (gold mixed in).
 
     The user's row is locked first (``FOR UPDATE``; SQLite's write lock does the same), so two
     requests of one person see each other's claim and get the same task. Candidates are taken
     ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so concurrent claimers spread over different tasks
     instead of queueing on the first one."""
-    reclaim_abandoned(session, settings)
+    reclaim_abandoned(session, settings, study_id=user.study_id)
     had = exists().where(Assignment.task_id == Task.id, Assignment.user_id == user.id)
     order = [_expertise_first(user.categories), Task.queue_key] if user.categories else [Task.queue_key]
     for _ in range(5):  # a lost race starts over: lock, look for the user's claim, claim
         session.execute(select(User.id).where(User.id == user.id).with_for_update())
         mine = session.execute(select(Assignment, Task).join(Task, Task.id == Assignment.task_id).where(
-            Assignment.user_id == user.id, Assignment.submitted_at.is_(None)).order_by(Assignment.id)).first()
+            Assignment.user_id == user.id, Assignment.submitted_at.is_(None), Task.study_id == user.study_id,
+        ).order_by(Assignment.id)).first()
         if mine is not None:
             session.commit()
             return mine[1], mine[0]
-        wanted = select(Task.id).where(Task.state == "open", or_(Task.overlap == 0, Task.claimed < Task.overlap),
+        wanted = select(Task.id).where(Task.study_id == user.study_id, Task.state == "open",
+                                       or_(Task.overlap == 0, Task.claimed < Task.overlap),
                                        ~had).order_by(*order).limit(10)
         candidates = session.scalars(wanted.with_for_update(skip_locked=True, of=Task)).all()
         if not candidates:  # none free, or all taken by claims in flight: wait for those to tell
@@ -195,7 +209,7 @@ def next_task(session: Session, user: User, settings: WorkflowSettings) -> tuple
     return None
 
 
-def _claim_first(session: Session, user: User, candidates: list[int],
+def _claim_first(session: Session, user: Member, candidates: list[int],
                  settings: WorkflowSettings) -> tuple[Task, Assignment] | None:
     """Claim the first candidate still under its overlap (an update that matches no row changes
     nothing, so the transaction and the user's lock go on); None after a lost race."""
@@ -235,7 +249,7 @@ def prompt_text(prompt: Any) -> str:
 
 def task_view(session: Session, task: Task, shown_order: list[str]) -> dict:
     """The prompt, category and responses of a task under letters in ``shown_order`` (no ids, no models)."""
-    row = session.get(PromptRow, task.prompt_id)
+    row = session.get(PromptRow, (task.study_id, task.prompt_id))
     by_id = {r["id"]: r["content"] for r in row.responses}
     return {"task_id": task.id, "prompt": prompt_text(row.prompt), "category": list(row.category),
             "responses": [{"key": k, "content": by_id[rid]} for k, rid in zip(LETTERS, shown_order)]}
@@ -279,12 +293,18 @@ def _store(session: Session, ann: Annotation, taken: str) -> Annotation:
 # ----------------------------------------------------------------------------------------- submission
 
 
-def submit(session: Session, user: User, task_id: int, body: Any, settings: WorkflowSettings) -> Annotation:
+def _task_of(session: Session, user: Member, task_id: int) -> Task:
+    """A task of the user's study (404 for one of another study, as for none)."""
+    task = session.get(Task, task_id)
+    if task is None or task.study_id != user.study_id:
+        raise WorkflowError(404, f"no task {task_id}")
+    return task
+
+
+def submit(session: Session, user: Member, task_id: int, body: Any, settings: WorkflowSettings) -> Annotation:
     """Store the user's answer to a task handed to them (403 otherwise; 409 the second time;
     422 naming the field when it breaks the protocol); the last answer settles the task."""
-    task = session.get(Task, task_id)
-    if task is None:
-        raise WorkflowError(404, f"no task {task_id}")
+    task = _task_of(session, user, task_id)
     assignment = session.scalar(select(Assignment).where(Assignment.task_id == task_id,
                                                          Assignment.user_id == user.id))
     if assignment is None:
@@ -325,27 +345,29 @@ def _settle_first_round(session: Session, task: Task, settings: WorkflowSettings
     answers = current_answers(session, task.id)
     task.agreement = _mean_agreement(answers)
     needs_alignment = task.agreement < 1 and any(
-        _pair_below_bar(session, a.user_id, b.user_id, settings) for a, b in itertools.combinations(answers, 2))
+        _pair_below_bar(session, task.study_id, a.user_id, b.user_id, settings)
+        for a, b in itertools.combinations(answers, 2))
     if needs_alignment:
         task.state = "aligning"
     else:
         _done(session, task, answers, settings)
 
 
-def _pair_below_bar(session: Session, u1: int, u2: int, settings: WorkflowSettings) -> bool:
+def _pair_below_bar(session: Session, study_id: int, u1: int, u2: int, settings: WorkflowSettings) -> bool:
     """Whether two annotators who share at least ``alignment_min_shared`` tasks (this one included)
     agree less than the bar over their most recent ones; too few shared tasks say nothing yet."""
-    shared, mean = _recent_agreement(session, u1, u2, settings.agreement_window)
+    shared, mean = _recent_agreement(session, study_id, u1, u2, settings.agreement_window)
     return shared >= settings.alignment_min_shared and mean < settings.agreement_bar
 
 
-def _recent_agreement(session: Session, u1: int, u2: int, window: int) -> tuple[int, float]:
-    """How many tasks two annotators share (with an agreement), and their mean agreement over the
+def _recent_agreement(session: Session, study_id: int, u1: int, u2: int, window: int) -> tuple[int, float]:
+    """How many tasks of a study two annotators share (with an agreement), and their mean agreement over the
     most recent ``window`` of them."""
     a1, a2 = Annotation.__table__.alias("a1"), Annotation.__table__.alias("a2")
     shared = select(Task.agreement).select_from(Task).join(a1, and_(
         a1.c.task_id == Task.id, a1.c.user_id == u1, a1.c.phase == "first")).join(a2, and_(
-            a2.c.task_id == Task.id, a2.c.user_id == u2, a2.c.phase == "first")).where(Task.agreement.is_not(None))
+            a2.c.task_id == Task.id, a2.c.user_id == u2, a2.c.phase == "first")).where(Task.agreement.is_not(None),
+                                                                                      Task.study_id == study_id)
     total = session.scalar(select(func.count()).select_from(shared.subquery())) or 0
     rows = session.execute(shared.order_by((a1.c.id + a2.c.id).desc()).limit(window)).scalars().all()
     return total, (sum(rows) / len(rows) if rows else 1.0)
@@ -354,7 +376,7 @@ def _recent_agreement(session: Session, u1: int, u2: int, window: int) -> tuple[
 def _done(session: Session, task: Task, answers: list[Annotation], settings: WorkflowSettings) -> None:
     task.state = "done"
     for a in answers:
-        _maybe_review(session, a.id, 1, settings)
+        _maybe_review(session, task.study_id, a.id, 1, settings)
 
 
 def _draw(seed: int, stage: int, annotation_id: int) -> float:
@@ -362,22 +384,24 @@ def _draw(seed: int, stage: int, annotation_id: int) -> float:
     return int.from_bytes(digest[:8], "big") / 2 ** 64
 
 
-def _maybe_review(session: Session, annotation_id: int, stage: int, settings: WorkflowSettings) -> None:
+def _maybe_review(session: Session, study_id: int, annotation_id: int, stage: int, settings: WorkflowSettings
+                  ) -> None:
     if stage <= settings.review_stages and _draw(settings.seed, stage, annotation_id) < settings.review_rate:
         key = int(_draw(settings.seed, -stage, annotation_id) * 2 ** 31)
-        session.add(ReviewItem(annotation_id=annotation_id, stage=stage, queue_key=key, note=""))
+        session.add(ReviewItem(study_id=study_id, annotation_id=annotation_id, stage=stage, queue_key=key, note=""))
 
 
 # ----------------------------------------------------------------------------------------- alignment
 
 
-def next_alignment(session: Session, user: User) -> dict | None:
+def next_alignment(session: Session, user: Member) -> dict | None:
     """A task of the user's in alignment they have not answered again: their answer and the
     others', in the letters the user was shown."""
     aligned = exists().where(Annotation.task_id == Task.id, Annotation.user_id == user.id,
                              Annotation.phase == "aligned")
     task = session.scalar(select(Task).join(Assignment, Assignment.task_id == Task.id).where(
-        Task.state == "aligning", Assignment.user_id == user.id, ~aligned).order_by(Task.id).limit(1))
+        Task.study_id == user.study_id, Task.state == "aligning", Assignment.user_id == user.id, ~aligned,
+    ).order_by(Task.id).limit(1))
     if task is None:
         return None
     shown = session.scalar(select(Assignment.shown_order).where(Assignment.task_id == task.id,
@@ -403,10 +427,8 @@ def _in_letters(ann: Annotation, shown: list[str]) -> dict:
             "ranking": _ranking_text(shown, ann.levels), "spans": spans, "note": ann.note}
 
 
-def _participant(session: Session, user: User, task_id: int) -> tuple[Task, Assignment]:
-    task = session.get(Task, task_id)
-    if task is None:
-        raise WorkflowError(404, f"no task {task_id}")
+def _participant(session: Session, user: Member, task_id: int) -> tuple[Task, Assignment]:
+    task = _task_of(session, user, task_id)
     assignment = session.scalar(select(Assignment).where(Assignment.task_id == task_id,
                                                          Assignment.user_id == user.id))
     if assignment is None or assignment.submitted_at is None:
@@ -416,7 +438,7 @@ def _participant(session: Session, user: User, task_id: int) -> tuple[Task, Assi
     return task, assignment
 
 
-def align(session: Session, user: User, task_id: int, body: Any, settings: WorkflowSettings) -> str:
+def align(session: Session, user: Member, task_id: int, body: Any, settings: WorkflowSettings) -> str:
     """The user's answer after seeing the others'. When every participant has answered again,
     answers that agree settle the task (``settled``); otherwise it is escalated to an admin."""
     task, assignment = _participant(session, user, task_id)
@@ -441,17 +463,18 @@ def align(session: Session, user: User, task_id: int, body: Any, settings: Workf
     return state
 
 
-def escalate(session: Session, user: User, task_id: int) -> str:
+def escalate(session: Session, user: Member, task_id: int) -> str:
     task, _ = _participant(session, user, task_id)
     task.state = "escalated"
     session.commit()
     return "escalated"
 
 
-def escalations(session: Session) -> list[dict]:
-    """Escalated tasks with every standing answer, responses in task order (A, B, C)."""
+def escalations(session: Session, study_id: int) -> list[dict]:
+    """Escalated tasks of a study with every standing answer, responses in task order (A, B, C)."""
     out = []
-    for task in session.scalars(select(Task).where(Task.state == "escalated").order_by(Task.id)):
+    for task in session.scalars(select(Task).where(Task.state == "escalated", Task.study_id == study_id)
+                                .order_by(Task.id)):
         view = task_view(session, task, task.response_ids)
         names = dict(session.execute(select(User.id, User.name)).all())
         view["answers"] = [dict(_in_letters(a, task.response_ids), annotator=names.get(a.user_id), phase=a.phase)
@@ -460,11 +483,9 @@ def escalations(session: Session) -> list[dict]:
     return out
 
 
-def resolve_escalation(session: Session, admin: User, task_id: int, body: Any) -> Annotation:
+def resolve_escalation(session: Session, admin: Member, task_id: int, body: Any) -> Annotation:
     """An admin's decision on an escalated task (letters in task order) stands for the task."""
-    task = session.get(Task, task_id)
-    if task is None:
-        raise WorkflowError(404, f"no task {task_id}")
+    task = _task_of(session, admin, task_id)
     if task.state != "escalated":
         raise WorkflowError(409, f"task {task_id} is not escalated (it is {task.state})")
     sub = _check(session, task, task.response_ids, body)
@@ -478,18 +499,20 @@ def resolve_escalation(session: Session, admin: User, task_id: int, body: Any) -
 # ----------------------------------------------------------------------------------------- review
 
 
-def next_review(session: Session, user: User, settings: WorkflowSettings) -> dict | None:
+def next_review(session: Session, user: Member, settings: WorkflowSettings) -> dict | None:
     """The reviewer's open item, or a newly claimed one (never an answer of their own, never one
     they reviewed at another stage), single-blind: the answer without its annotator."""
     expiry = now() - timedelta(seconds=settings.claim_timeout_s)
     item = session.scalar(select(ReviewItem).where(ReviewItem.reviewer_id == user.id,
+                                                   ReviewItem.study_id == user.study_id,
                                                    ReviewItem.verdict.is_(None)).limit(1))
     if item is None:
         other = ReviewItem.__table__.alias("other")
         seen = exists().where(other.c.annotation_id == ReviewItem.annotation_id, other.c.reviewer_id == user.id)
         free = or_(ReviewItem.reviewer_id.is_(None), ReviewItem.claimed_at < expiry)
         candidates = session.scalars(select(ReviewItem.id).join(Annotation, Annotation.id == ReviewItem.annotation_id)
-                                     .where(ReviewItem.verdict.is_(None), free, ~seen,
+                                     .where(ReviewItem.study_id == user.study_id, ReviewItem.verdict.is_(None),
+                                            free, ~seen,
                                             or_(Annotation.user_id.is_(None), Annotation.user_id != user.id),
                                             Annotation.status == "active")
                                      .order_by(ReviewItem.stage, ReviewItem.queue_key).limit(10)).all()
@@ -510,7 +533,7 @@ def next_review(session: Session, user: User, settings: WorkflowSettings) -> dic
     return view
 
 
-def review(session: Session, user: User, item_id: int, verdict: Any, note: Any,
+def review(session: Session, user: Member, item_id: int, verdict: Any, note: Any,
            settings: WorkflowSettings) -> ReviewItem:
     """Record a verdict. Accepted answers are sampled for the next stage; a rejected one is
     dropped and its task goes back to the queue for one more annotator."""
@@ -521,7 +544,7 @@ def review(session: Session, user: User, item_id: int, verdict: Any, note: Any,
     if not isinstance(note, str) or len(note) > 5000:
         raise WorkflowError(422, "note: must be text of at most 5000 characters", field="note")
     item = session.get(ReviewItem, item_id)
-    if item is None:
+    if item is None or item.study_id != user.study_id:
         raise WorkflowError(404, f"no review item {item_id}")
     if item.reviewer_id != user.id:
         raise WorkflowError(403, f"review item {item_id} is not handed to you")
@@ -533,7 +556,7 @@ def review(session: Session, user: User, item_id: int, verdict: Any, note: Any,
     ann = session.get(Annotation, item.annotation_id)
     if item.gold_verdict is None:
         if verdict == "accept":
-            _maybe_review(session, ann.id, item.stage + 1, settings)
+            _maybe_review(session, item.study_id, ann.id, item.stage + 1, settings)
         elif ann.status == "active":
             ann.status = "rejected"
             task = session.get(Task, ann.task_id)

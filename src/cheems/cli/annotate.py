@@ -1,4 +1,7 @@
-"""`cheems annotate`: the human annotation server (init, add-user, import, serve, status, export)."""
+"""`cheems annotate`: the human annotation server (init, study, add-user, import, serve, status, export).
+
+One database holds several studies side by side; ``--study NAME`` (default ``default``) picks the
+one that `add-user`, `import`, `status` and `export` work on, and `serve` serves them all."""
 
 from __future__ import annotations
 
@@ -22,6 +25,15 @@ annotate_app = typer.Typer(no_args_is_help=True, help="The CheemsBench human ann
                            "(paper §3.2): triple-wise tasks, double-blind overlap, alignment, review, export.")
 
 DB_HELP = "SQLAlchemy URL of the database (default $CHEEMS_ANNOTATE_DB, else sqlite:///annotations.db)."
+STUDY_HELP = "The study (project) in the database to work on."
+
+study_app = typer.Typer(no_args_is_help=True, help="Studies: several annotation projects in one database, each "
+                        "with its own prompts, tasks, roles, workflow settings and export.")
+annotate_app.add_typer(study_app, name="study")
+
+
+def _study_option():
+    return typer.Option("default", "--study", help=STUDY_HELP)
 
 
 def _db_url(db: Optional[str]) -> str:
@@ -77,8 +89,10 @@ def add_user(name: str = typer.Argument(..., help="Login name."),
                                                       help="Comma-separated main categories of expertise "
                                                            "(their tasks come first), e.g. 数学,代码."),
              password_stdin: bool = typer.Option(False, "--password-stdin", help="Read the password from stdin."),
+             study: str = _study_option(),
              db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
-    """Add an account (the password is asked twice on a terminal, or read from stdin)."""
+    """Add an account with its role in a study, or give an existing account (with its own password)
+    a role in another study (the password is asked twice on a terminal, or read from stdin)."""
     from cheems.annotate.auth import add_user as create
 
     s = _sessions(db)
@@ -87,8 +101,9 @@ def add_user(name: str = typer.Argument(..., help="Login name."),
     else:
         password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
     cats = [c.strip() for c in (categories or "").replace("，", ",").split(",") if c.strip()]
-    user = create(s, name, role, password, cats)
-    out.print(f"added {user.role} {user.name}" + (f" ({', '.join(cats)})" if cats else ""))
+    user = create(s, name, role, password, cats, study=study)
+    out.print(f"added {user.role} {user.name}" + (f" ({', '.join(cats)})" if cats else "")
+              + (f" in study {user.study}" if user.study != "default" else ""))
 
 
 @annotate_app.command("import")
@@ -100,6 +115,7 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
                 fmt: Optional[str] = typer.Option(None, "--format", help="Force one row format."),
                 skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
                 seed: int = typer.Option(0, "--seed", help="Where gold tasks land in the queue."),
+                study: str = _study_option(),
                 db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
     """Turn every prompt into its triple-wise tasks (as `cheems tasks`), keeping id, category and subset."""
     from cheems.annotate.workflow import import_prompts
@@ -116,7 +132,7 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
         gold_prompts = merge_prompts(g.prompts, g.locations())
         res.errors.extend(g.errors)
     print_skipped(res.errors)
-    counts = import_prompts(s, prompts, overlap=overlap, gold=gold_prompts, seed=seed)
+    counts = import_prompts(s, prompts, overlap=overlap, gold=gold_prompts, seed=seed, study=study)
     out.print(f"imported {counts['prompts']} prompts ({counts['tasks']} tasks, overlap {overlap})"
               + (f", {counts['gold_prompts']} gold prompts ({counts['gold_tasks']} tasks)" if gold else "")
               + (f"; {counts['skipped']} already there" if counts["skipped"] else ""))
@@ -129,7 +145,10 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
                 names={"claim_timeout_s": "--claim-timeout"})
 def serve(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow_flags: dict = None,
           server_flags: dict = None):
-    """Run the web app: annotators at http://HOST:PORT/, the dashboard at /dashboard.
+    """Run the web app for every study: annotators at http://HOST:PORT/, the dashboard at /dashboard.
+
+    The workflow flags hold in the study ``default``; every other study runs on the settings
+    stored with it by `cheems annotate study add`.
 
     Prints one line when it is ready, then one access line per request (method, path, status,
     milliseconds, user id) to stderr."""
@@ -153,11 +172,12 @@ def _say_ready(r: dict) -> None:
 @annotate_app.command("status")
 @reports_input_errors
 def status(as_json: bool = typer.Option(False, "--json", help="Print the dashboard numbers as JSON."),
+           study: str = _study_option(),
            db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
-    """Progress, agreement, gold accuracy and bias: the numbers of the dashboard."""
+    """Progress, agreement, gold accuracy and bias of one study: the numbers of the dashboard."""
     from cheems.annotate.dashboard import stats
 
-    st = stats(_sessions(db))
+    st = stats(_sessions(db), study)
     if as_json:
         out.print_json(json.dumps(st, ensure_ascii=False))
         return
@@ -187,17 +207,48 @@ def export(output: Path = typer.Option(..., "-o", "--output", help="Benchmark fi
            raw: Optional[Path] = typer.Option(None, "--raw", help="Every answer with annotator, time, shown order, "
                                               "scores, pairs, spans and review verdicts."),
            report: Optional[Path] = typer.Option(None, "--report", help="Conflict statistics (JSON)."),
+           study: str = _study_option(),
            db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
-    """Standing answers of settled tasks -> comparisons -> conflict resolution -> a ranked benchmark."""
+    """One study's standing answers of settled tasks -> comparisons -> conflict resolution -> a ranked benchmark."""
     from cheems.annotate.export import export_benchmark
 
     from cheems.io import check_outputs
 
     check_outputs([output, raw, report])
-    result = export_benchmark(_sessions(db), output, raw=raw, report=report)
+    result = export_benchmark(_sessions(db), output, raw=raw, report=report, study=study)
     total = result["conflicts"].get("total", {})
     out.print(f"wrote {result['prompts']} ranked prompts -> {output}"
               + (f" (conflict ratio {total['conflict_ratio']:.3f})" if total else "")
               + (f"; {result['prompts_waiting']} prompts without a settled task yet"
                  if result["prompts_waiting"] else "")
               + (f"; {result['raw_rows']} answers -> {raw}" if raw else ""))
+
+
+@study_app.command("add")
+@reports_input_errors
+@settings_flags(WorkflowSettings, into="workflow_flags", exclude=("agreement_window",),
+                names={"claim_timeout_s": "--claim-timeout"})
+def study_add(name: str = typer.Argument(..., help="Name of the new study."),
+              db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow_flags: dict = None):
+    """Add an empty study, with the workflow settings it runs on under `serve`."""
+    from cheems.annotate.studies import add_study
+
+    settings = build_settings(WorkflowSettings, workflow_flags)
+    study = add_study(_sessions(db), name, settings)
+    out.print(f"added study {study.name}")
+
+
+@study_app.command("list")
+@reports_input_errors
+def study_list(as_json: bool = typer.Option(False, "--json", help="Print the studies as JSON."),
+               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+    """The studies in the database, with their prompts, tasks and members."""
+    from cheems.annotate.studies import list_studies
+
+    studies = list_studies(_sessions(db))
+    if as_json:
+        out.print_json(json.dumps(studies, ensure_ascii=False))
+        return
+    for st in studies:
+        out.print(f"{st['name']}: {st['prompts']} prompts, {st['tasks']} tasks, {st['members']} members "
+                  f"(created {st['created_at'][:19]})")

@@ -9,9 +9,12 @@
 
 const PAIR_TEXT = { g: '前者更好', b: '后者更好', s: '一样好' };
 const CSRF_KEY = 'cheems_csrf';
+const STUDY_KEY = 'cheems_study';
 
 const S = {
   csrf: sessionStorage.getItem(CSRF_KEY) || '',
+  // the study every request works in (?study= on each call): the address's, else this tab's last one
+  study: new URLSearchParams(location.search).get('study') || sessionStorage.getItem(STUDY_KEY) || '',
   me: null,
   scale: [],
   dimensions: [],
@@ -68,13 +71,18 @@ function detailText(data) {
   return typeof d === 'string' ? d : JSON.stringify(d);
 }
 
+function withStudy(path) {
+  if (!S.study || S.study === 'default') return path;  // the server's own default: the address as it was
+  return path + (path.includes('?') ? '&' : '?') + 'study=' + encodeURIComponent(S.study);
+}
+
 async function api(method, path, body) {
   const headers = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (method !== 'GET' && S.csrf) headers['X-CSRF-Token'] = S.csrf;
   let resp;
   try {
-    resp = await fetch(path, {
+    resp = await fetch(withStudy(path), {
       method, headers, credentials: 'same-origin',
       body: body === undefined ? undefined : JSON.stringify(body),
     });
@@ -132,6 +140,7 @@ function signedOut(message, kind) {
   $('progress').hidden = true;
   $('logout').hidden = true;
   $('whoami').textContent = '';
+  $('study').hidden = true;
   showView('login-view');
   showMessage(message, kind);
 }
@@ -149,7 +158,7 @@ async function login(event) {
   sessionStorage.setItem(CSRF_KEY, S.csrf);
   $('password').value = '';
   showMessage('');
-  afterLogin({ username: r.data.username, role: r.data.role, categories: [] });
+  afterLogin(pickStudy({ username: r.data.username, role: r.data.role, categories: [], studies: r.data.studies }));
 }
 
 async function logout() {
@@ -158,6 +167,27 @@ async function logout() {
 }
 
 const ROLE_TEXT = { annotator: '标注员', reviewer: '审核员', admin: '管理员' };
+
+// The study the page works in: the one asked for when the user has a role there, else their
+// first; with several, a picker in the top bar switches (and the address keeps the choice).
+function pickStudy(me) {
+  const studies = me.studies || [];
+  const mine = studies.find((x) => x.name === (S.study || 'default')) || studies[0];
+  if (mine) {
+    S.study = mine.name;
+    sessionStorage.setItem(STUDY_KEY, S.study);
+  }
+  const picker = $('study');
+  picker.replaceChildren(...studies.map((x) => el('option', { value: x.name }, x.name)));
+  picker.value = S.study;
+  picker.hidden = studies.length < 2;
+  return Object.assign({}, me, { role: mine ? mine.role : me.role });
+}
+
+function switchStudy() {
+  sessionStorage.setItem(STUDY_KEY, $('study').value);
+  location.search = '?study=' + encodeURIComponent($('study').value);
+}
 
 // Only annotators are handed tasks: reviewers and admins land on the review queue, so opening
 // the page never claims (and holds) an annotation task for them.
@@ -170,6 +200,7 @@ function afterLogin(me) {
   $('nav-review').hidden = annotator;
   $('nav-escalations').hidden = me.role !== 'admin';
   $('nav-dashboard').hidden = me.role !== 'admin';
+  $('nav-dashboard').href = S.study ? '/dashboard?study=' + encodeURIComponent(S.study) : '/dashboard';
   $('nav-task').hidden = !annotator;
   $('nav-alignment').hidden = !annotator;
   $('progress').hidden = !annotator;
@@ -859,12 +890,13 @@ async function start() {
   $('escalate').onclick = escalate;
   $('review-accept').onclick = () => reviewVerdict('accept');
   $('review-reject').onclick = () => reviewVerdict('reject');
+  $('study').onchange = switchStudy;
   document.addEventListener('selectionchange', onSelectionChange);
   document.addEventListener('keydown', onKeyDown);
   await loadGuidelines();
   if (!S.csrf) return showView('login-view');
   const r = await api('GET', '/api/me');
-  if (r.ok && r.data) afterLogin(r.data);
+  if (r.ok && r.data) afterLogin(pickStudy(r.data));
   else showView('login-view');
 }
 

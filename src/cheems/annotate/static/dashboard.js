@@ -156,10 +156,16 @@ function showMessage(text, kind) {
   box.className = text ? (kind || 'info') : '';
 }
 
+// the study to show: the address's (?study=), else the one this tab's annotation page last used
+function studyQuery() {
+  const study = new URLSearchParams(location.search).get('study') || sessionStorage.getItem('cheems_study');
+  return study ? '?study=' + encodeURIComponent(study) : '';
+}
+
 async function loadStats() {
   let resp;
   try {
-    resp = await fetch('/api/stats', { credentials: 'same-origin', headers: { Accept: 'application/json' } });
+    resp = await fetch('/api/stats' + studyQuery(), { credentials: 'same-origin', headers: { Accept: 'application/json' } });
   } catch (err) {
     return showMessage('无法连接服务器', 'error');
   }
