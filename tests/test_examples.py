@@ -17,25 +17,38 @@ from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT
 EXAMPLES = REPO_ROOT / "examples"
 
 
-def run_example(script: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    """``bash SCRIPT OUT`` from an empty folder, with this interpreter's ``cheems`` and ``python3`` first on PATH."""
+SCRIPTS = {"curation": EXAMPLES / "curation" / "run.sh", "report": EXAMPLES / "report" / "make_report.sh"}
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory) -> dict[str, Path]:
+    """Every example script run as ``bash SCRIPT OUT`` from an empty folder of its own, with this interpreter's
+    ``cheems`` and ``python3`` first on PATH; the scripts run side by side (one torch thread each), as two
+    users' runs would. Returns each script's folder."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "EPOCHS": "1"}
+           "EPOCHS": "1", "OMP_NUM_THREADS": "1"}
     env.pop("OPENAI_API_KEY", None)
-    done = subprocess.run(["bash", str(script), "out"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          encoding="utf-8", timeout=2 * HANG_TIMEOUT_S)
-    assert done.returncode == 0, f"{script.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    assert "Traceback" not in done.stderr
-    return done
+    folders = {name: tmp_path_factory.mktemp(f"example-{name}") for name in SCRIPTS}
+    procs = {name: subprocess.Popen(["bash", str(script), "out"], cwd=folders[name], env=env, text=True,
+                                    encoding="utf-8", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for name, script in SCRIPTS.items()}
+    for name, proc in procs.items():
+        try:
+            stdout, stderr = proc.communicate(timeout=2 * HANG_TIMEOUT_S)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, f"{SCRIPTS[name].name} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+        assert "Traceback" not in stderr
+    return folders
 
 
 def test_every_example_script_is_tested():
     scripts = sorted(p.relative_to(EXAMPLES).as_posix() for p in EXAMPLES.rglob("*.sh"))
-    assert scripts == ["curation/run.sh", "report/make_report.sh"]
+    assert scripts == sorted(p.relative_to(EXAMPLES).as_posix() for p in SCRIPTS.values())
 
 
-def test_the_curation_example_runs_against_its_loopback_server(tmp_path):
-    run_example(EXAMPLES / "curation" / "run.sh", tmp_path)
+def test_the_curation_example_runs_against_its_loopback_server(ran):
+    tmp_path = ran["curation"]
     work = tmp_path / "out" / "work"
     preference = [json.loads(line) for line in (work / "preference.jsonl").read_text(encoding="utf-8").splitlines()]
     assert {row["source"] for row in preference} == {"human", "judge"}
@@ -51,8 +64,8 @@ def test_the_curation_example_runs_against_its_loopback_server(tmp_path):
         assert s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_the_report_example_runs_on_the_sample(tmp_path):
-    run_example(EXAMPLES / "report" / "make_report.sh", tmp_path)
+def test_the_report_example_runs_on_the_sample(ran):
+    tmp_path = ran["report"]
     out = tmp_path / "out"
     html = (out / "report.html").read_text(encoding="utf-8")
     assert '<html lang="zh-CN">' in html and "B − A" in html and (out / "report.md").exists()
