@@ -176,6 +176,40 @@ def full_disk(monkeypatch, only_in: str | None = None) -> None:
     monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", save_pretrained)
 
 
+LIBRARY_FULL_DISKS = {  # how the libraries that write weights report a full disk, in their own words
+    "safetensors": RuntimeError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                                'message: "No space left on device" })'),
+    "torch.save": RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0: "
+                               "PytorchStreamWriter failed writing file data/0: file write failed"),
+}
+
+
+@pytest.mark.parametrize("library", list(LIBRARY_FULL_DISKS))
+def test_init_model_when_the_weights_writer_reports_a_full_disk_its_own_way(tmp_path, sample_annotations,
+                                                                            monkeypatch, library):
+    from transformers import PreTrainedModel
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        Path(save_directory).mkdir(parents=True, exist_ok=True)
+        (Path(save_directory) / "model.safetensors").write_bytes(b"\0" * 10)
+        raise LIBRARY_FULL_DISKS[library]
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", save_pretrained)
+    r = run_cli_in(tmp_path, "init-model", "-o", "m", "--tokenizer-from", sample_annotations / "open.jsonl",
+                   "--vocab-size", "300")
+    expected = "No space left on device" if library == "safetensors" else "Input/output error"
+    assert_one_error_line(r, f"m: cannot write: {expected}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_other_errors_of_a_writer_are_not_taken_for_a_full_disk():
+    from cheems.io import storage_failure
+
+    assert storage_failure(RuntimeError("size mismatch for lm_head")) is None
+    assert storage_failure(OSError(errno.ENOENT, "No such file")) is None
+    assert storage_failure(OSError(errno.ENOSPC, "No space left on device")).errno == errno.ENOSPC
+
+
 MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "train_summary.json")
 
 

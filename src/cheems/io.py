@@ -21,10 +21,11 @@ import orjson
 
 from cheems.records import CheemsInputError
 
-__all__ = ["MAX_JSON_DEPTH", "WRITE_ERRORS", "ResumableJsonl", "atomic_open", "check_input_file",
+__all__ = ["MAX_JSON_DEPTH", "STORAGE_FAILURES", "WRITE_ERRORS", "ResumableJsonl", "atomic_open", "check_input_file",
            "check_output_folder", "check_outputs", "files_fingerprint", "gc_paused", "glob_escape",
            "json_value_problem", "outputs_together", "process_alive", "read_yaml_mapping", "remove_stale_temps",
-           "same_file", "sidecar", "temp_name", "write_error", "write_json", "write_jsonl"]
+           "same_file", "sidecar", "storage_failure", "temp_name", "write_error", "write_json", "write_jsonl",
+           "writes_into"]
 
 WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO,
                           errno.ENOTDIR, errno.EISDIR, errno.ENAMETOOLONG})
@@ -283,6 +284,42 @@ def process_alive(pid: int) -> bool:
 def write_error(path: str | os.PathLike, e: OSError) -> CheemsInputError:
     """The one-line error of an output that cannot be written (``e.errno`` in WRITE_ERRORS)."""
     return CheemsInputError(f"cannot write: {e.strerror or e}", file=str(path))
+
+
+STORAGE_FAILURES = {"No space left on device": errno.ENOSPC, "StorageFull": errno.ENOSPC,
+                    "Disk quota exceeded": errno.EDQUOT, "Read-only file system": errno.EROFS,
+                    "file write failed": errno.EIO}
+"""What libraries that write through their own code say when the disk fails them: safetensors
+(``SafetensorError: ... IoError(Os { code: 28, kind: StorageFull, ... })``) and torch.save
+(``RuntimeError: ... PytorchStreamWriter failed writing file ...: file write failed``)."""
+
+
+def storage_failure(e: BaseException) -> OSError | None:
+    """``e`` as the OSError of an output that cannot be written, or None when it is something else:
+    an OSError in WRITE_ERRORS, or a library's error whose message names a storage failure
+    (:data:`STORAGE_FAILURES`)."""
+    if isinstance(e, OSError):
+        return e if e.errno in WRITE_ERRORS else None
+    text = str(e)
+    for words, number in STORAGE_FAILURES.items():
+        if words in text:
+            return OSError(number, os.strerror(number))
+    return None
+
+
+@contextlib.contextmanager
+def writes_into(path: str | os.PathLike) -> Iterator[None]:
+    """Around writing a model or a folder at ``path``: a full disk, no permission or a read-only file
+    system, however the writing library reports it, is one CheemsInputError naming ``path``."""
+    try:
+        yield
+    except CheemsInputError:
+        raise
+    except Exception as e:
+        failure = storage_failure(e)
+        if failure is None:
+            raise
+        raise write_error(path, failure) from None
 
 
 @contextlib.contextmanager

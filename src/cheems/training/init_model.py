@@ -132,22 +132,19 @@ def _save_whole(output: Path, model, tokenizer) -> None:
     """Save the model and tokenizer into a temp folder beside ``output``, then put it in place:
     renamed to ``output`` (or its files moved into an existing folder). A save that fails (a
     full disk) leaves nothing behind and is one CheemsInputError naming ``output``."""
-    from cheems.io import WRITE_ERRORS, remove_stale_temps, temp_name, write_error
+    from cheems.io import remove_stale_temps, temp_name, writes_into
 
     tmp = temp_name(output)
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temps(output)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if not output.exists():
-            os.replace(tmp, output)
-            return
-        for f in sorted(tmp.iterdir(), key=lambda f: f.suffix == ".safetensors"):  # the weights last
-            os.replace(f, output / f.name)
-    except OSError as e:
-        if e.errno not in WRITE_ERRORS:
-            raise
-        raise write_error(output, e) from None
+        with writes_into(output):
+            output.parent.mkdir(parents=True, exist_ok=True)
+            remove_stale_temps(output)
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            if not output.exists():
+                os.replace(tmp, output)
+                return
+            for f in sorted(tmp.iterdir(), key=lambda f: f.suffix == ".safetensors"):  # the weights last
+                os.replace(f, output / f.name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

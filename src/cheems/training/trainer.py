@@ -33,7 +33,6 @@ Needs the ``[train]`` extra (torch, transformers, accelerate, pyyaml; peft for L
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, TypeVar
 
-from cheems.io import WRITE_ERRORS, files_fingerprint, write_error
+from cheems.io import files_fingerprint, writes_into
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, evaluate_weights
 from cheems.training.loss import bradley_terry_loss
@@ -302,17 +301,6 @@ def _save_final_model_whole(run: TrainingRun) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def _writes_into(folder: str | os.PathLike):
-    """An output that cannot be written (a full disk, no permission) as one error naming ``folder``."""
-    try:
-        yield
-    except OSError as e:
-        if e.errno not in WRITE_ERRORS:
-            raise
-        raise write_error(folder, e) from None
-
-
 # ---------------------------------------------------------------------------- the recipe
 
 def finished_summary(config: TrainConfig, data_fingerprint: str) -> dict | None:
@@ -369,7 +357,7 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     run = setup_run(config, notify, data_fingerprint=data_fingerprint)
     watch = SlowStepWatch(notify if run.accelerator.is_main_process else None)
     started = time.perf_counter()
-    with _writes_into(config.output):  # checkpoints, the log, the final model
+    with writes_into(config.output):  # checkpoints, the log, the final model
         for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
             train_epoch(run, epoch, progress, watch)
         summary = finish_run(run, train_seconds=time.perf_counter() - started)
