@@ -18,7 +18,7 @@ from cheems.formats.registry import FORMAT_NAMES, FORMATS, READERS, ROW_FORMATS
 from cheems.formats.transcripts import is_transcript
 from cheems.records import CheemsInputError, Prompt, validate_prompt
 
-__all__ = ["check_format", "detect_format", "parse_row"]
+__all__ = ["check_format", "detect_format", "parse_row", "parse_row_as"]
 
 _DISTINCT_KEYS = tuple((f.keys, f.name) for f in ROW_FORMATS if f.keys)
 """Formats whose rows hold keys no other format uses (``RowFormat.keys``), in the registry's order."""
@@ -31,17 +31,23 @@ def parse_row(obj: Any, fmt: str | None = None) -> Prompt:
     one of :data:`~cheems.formats.registry.FORMAT_NAMES`; an unknown name is a CheemsInputError
     listing the known ones.
     """
+    return parse_row_as(obj, fmt)[0]
+
+
+def parse_row_as(obj: Any, fmt: str | None = None) -> tuple[Prompt, str]:
+    """:func:`parse_row`, and the format the row was read as: ``fmt``, or the one detected (once)."""
     if not isinstance(obj, dict):
         raise CheemsInputError(f"row must be a JSON object, got {type(obj).__name__}")
     if fmt is not None:
-        p = _reader(check_format(fmt))(obj)
+        name = check_format(fmt)
+        p = _reader(name)(obj)
     else:
         name = detect_format(obj)
         if name == "cheems" and "responses" not in obj:
             _refuse_layout(obj)
         p = READERS[name](obj)
     validate_prompt(p, comparisons=False)  # each reader has checked its comparisons, naming their field
-    return p
+    return p, name
 
 
 def _refuse_layout(obj: dict) -> None:

@@ -1,7 +1,7 @@
 """Whole files read into prompts (:func:`read_prompts`, :func:`read_many`), and SCORES files
 (:func:`read_scores`, checked row by row).
 
-Each row goes through :func:`~cheems.formats.detect.parse_row`; every error is a
+Each row goes through :func:`~cheems.formats.detect.parse_row_as`; every error is a
 :class:`~cheems.records.CheemsInputError` naming file, line and field.
 """
 
@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from cheems.formats.detect import check_format, detect_format, parse_row
+from cheems.formats.detect import check_format, parse_row_as
 from cheems.formats.join import join_scored_rows
 from cheems.formats.result import ReadResult
 from cheems.formats.scored import RANKED_BY
@@ -30,8 +30,18 @@ def read_prompts(path: str | os.PathLike, *, skip_invalid: bool = False, require
     with it, bad rows are skipped and returned in ``errors``. A file-level problem (missing
     file, broken JSON list) always raises. ``default_subset`` fills rows that have no subset.
     Each row's format is detected unless ``fmt`` names one of
-    :data:`~cheems.formats.registry.FORMAT_NAMES` for all.
+    :data:`~cheems.formats.registry.FORMAT_NAMES` for all. Scored rows of one prompt are joined
+    (:func:`~cheems.formats.join.join_scored_rows`).
     """
+    res = _read_rows(path, skip_invalid=skip_invalid, require_rank=require_rank, default_subset=default_subset,
+                     fmt=fmt)
+    join_scored_rows(res)
+    return res
+
+
+def _read_rows(path: str | os.PathLike, *, skip_invalid: bool = False, require_rank: bool = False,
+               default_subset: str | None = None, fmt: str | None = None) -> ReadResult:
+    """:func:`read_prompts` without the joining of scored rows."""
     if fmt is not None:
         check_format(fmt)
     name = str(path)
@@ -42,7 +52,7 @@ def read_prompts(path: str | os.PathLike, *, skip_invalid: bool = False, require
     with gc_paused():
         for lineno, obj in iter_rows(path, errors if skip_invalid else None):
             try:
-                p = parse_row(obj, fmt)
+                p, as_format = parse_row_as(obj, fmt)
                 if require_rank and p.rank is None and RANKED_BY not in p.extra:  # scored rows: ranked once joined
                     raise CheemsInputError("no 'rank' (run `cheems rank` on annotations first)", field="rank")
             except CheemsInputError as e:
@@ -55,11 +65,9 @@ def read_prompts(path: str | os.PathLike, *, skip_invalid: bool = False, require
                 p.subset = default_subset
             prompts.append(p)
             lines.append(lineno)
-            formats.append(fmt or detect_format(obj))
+            formats.append(as_format)
     errors.sort(key=lambda e: e.line or 0)
-    res = ReadResult(prompts, errors, lines, [name] * len(prompts), formats)
-    join_scored_rows(res)
-    return res
+    return ReadResult(prompts, errors, lines, [name] * len(prompts), formats)
 
 
 def read_many(paths: Iterable[str | os.PathLike], *, fmt: str | None = None, **kw: Any) -> ReadResult:
@@ -67,13 +75,13 @@ def read_many(paths: Iterable[str | os.PathLike], *, fmt: str | None = None, **k
     is the default subset of its rows."""
     out = ReadResult([], [], [])
     for p in paths:
-        r = read_prompts(p, default_subset=Path(p).stem, fmt=fmt, **kw)
+        r = _read_rows(p, default_subset=Path(p).stem, fmt=fmt, **kw)
         out.prompts.extend(r.prompts)
         out.errors.extend(r.errors)
         out.lines.extend(r.lines)
         out.files.extend([str(p)] * len(r.prompts))
         out.formats.extend(r.formats)
-    join_scored_rows(out)  # the rows of one prompt may lie in several files (one file per model)
+    join_scored_rows(out)  # once, over every file: a prompt's rows may lie in several (one file per model)
     return out
 
 
