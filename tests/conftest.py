@@ -118,9 +118,12 @@ def _all_loggers() -> list[logging.Logger]:
 
 
 def _console_handlers() -> list[logging.StreamHandler]:
-    """Handlers that print to a stream (not to a file): where a fresh process's log lines show."""
+    """Handlers that print to a stream (not to a file): where a fresh process's log lines show.
+    ``logging.lastResort`` (which some libraries add to their loggers) is left out: it always
+    prints to the current ``sys.stderr`` and has no stream to set."""
     return [h for log in _all_loggers() for h in log.handlers
-            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+            and not isinstance(h, type(logging.lastResort))]
 
 
 @contextlib.contextmanager

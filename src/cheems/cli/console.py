@@ -13,7 +13,7 @@ from rich.console import Console
 
 from cheems.records import CheemsInputError
 
-__all__ = ["EXIT_BAD_INPUT", "err", "fmt", "judge_backend_for", "out", "print_skipped", "progress",
+__all__ = ["EXIT_BAD_INPUT", "data_paths", "err", "fmt", "judge_backend_for", "out", "print_skipped", "progress",
            "reports_input_errors"]
 
 # markup and emoji codes off: file names and messages may contain [brackets] and ":100:"
@@ -69,6 +69,31 @@ def progress(what: str):
             bar.update(task, completed=done, total=total)
 
         yield update
+
+
+def data_paths(paths):
+    """The files ``paths`` stand for: each existing file as it is; a catalogue name or an
+    ``hf:ID[:config][@split]`` converted once into the cache (a bar while it downloads and
+    converts), so a command reads datasets by name as it reads files. ``None`` stays ``None``."""
+    from pathlib import Path
+
+    if paths is None:
+        return None
+    if isinstance(paths, (str, Path)):
+        return data_paths([paths])[0]
+    resolved = []
+    for p in paths:
+        if p is None or Path(p).exists():
+            resolved.append(p)
+            continue
+        from cheems.catalog.get import parse_spec, resolve_data
+
+        if parse_spec(str(p)) is None:  # a missing file: the command says so when it reads it
+            resolved.append(p)
+            continue
+        with progress(f"reading {p}") as bar:
+            resolved.append(resolve_data(p, progress=bar, notify=lambda line: err.print(line, soft_wrap=True)))
+    return resolved
 
 
 def judge_backend_for(backend: str, judge: str, api_base: Optional[str], trust_remote_code: bool):

@@ -7,7 +7,8 @@ from typing import List, Optional
 
 import typer
 
-from cheems.cli.console import err, fmt, judge_backend_for, out, print_skipped, progress, reports_input_errors
+from cheems.cli.console import (data_paths, err, fmt, judge_backend_for, out, print_skipped, progress,
+                                reports_input_errors)
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.curation.filters import FilterConfig
 from cheems.curation.sample import SampleConfig
@@ -45,6 +46,7 @@ def sample(
 ):
     """Collect k responses per prompt from every model of the config; each response records its
     model. Prompts whose every request failed go to OUT.failed.jsonl."""
+    prompts = data_paths(prompts)
     from cheems.curation.stages import run_sample, stage_settings
 
     cfg = build_settings(SampleConfig, sample_flags, config=config, section=stage_settings(config, "sample"))
@@ -69,6 +71,7 @@ def filter_(
 ):
     """Rule filters of §4.1 (high recall): empty, garbled, repeated, non-Chinese, truncated, too
     long, length outliers, duplicates. Removed responses go to OUT.removed.jsonl with the rule."""
+    inputs = data_paths(inputs)
     from cheems.curation.stages import run_filter, stage_settings
 
     cfg = build_settings(FilterConfig, filter_flags, config=config, section=stage_settings(config, "filter"),
@@ -98,6 +101,7 @@ def judge(
 ):
     """Compare all C(N,2) response pairs of every prompt with an LLM judge (§4.2), with the
     category's criteria. A is better -> label g, B -> b, C -> tie s; provenance kept."""
+    inputs = data_paths(inputs)
     from cheems.curation.stages import run_judge, stage_settings
 
     section = stage_settings(config, "judge")
@@ -134,6 +138,7 @@ def resolve(
 ):
     """Distant supervision (§4.2): where the judge's comparisons form cycles keep only those the
     reward model agrees with; report kept/dropped and judge-RM agreement per category."""
+    inputs = data_paths(inputs)
     from cheems.curation.stages import run_resolve, stage_settings
 
     cfg = build_settings(ResolveSettings, resolve_flags, config=config, section=stage_settings(config, "resolve"),
@@ -161,6 +166,7 @@ def debias(
 ):
     """Length debiasing (§4.2): downsample whichever of chosen-longer / chosen-shorter pairs is
     larger to the size of the other. Dropped pairs stay in their rows."""
+    inputs = data_paths(inputs)
     from cheems.curation.stages import run_debias
 
     report = run_debias(inputs, output, seed=seed, tolerance=tolerance)
@@ -182,6 +188,7 @@ def merge(
 ):
     """Human subset + processed judge subset -> the final training set, each row with its
     source. `cheems stats OUT` prints its Table-1 statistics."""
+    human, judged = data_paths(human), data_paths(judged)
     from cheems.curation.stages import run_merge
 
     report = run_merge(human, judged, output, resolve_human=not keep_human_annotations)
@@ -202,6 +209,7 @@ def bias(
 ):
     """Annotator bias (Appendix D.3): P(response A chosen) by length difference and by position,
     per file, with Wilson intervals and a binomial test."""
+    files = data_paths(files)
     from cheems.curation.bias import format_bias_table
     from cheems.curation.stages import run_analyze_bias
     from cheems.io import check_output_folder, check_outputs, write_json

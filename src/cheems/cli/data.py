@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from cheems.cli.app import FORMAT_HELP, app
-from cheems.cli.console import err, out, print_skipped, reports_input_errors
+from cheems.cli.console import data_paths, err, out, print_skipped, reports_input_errors
 from cheems.records import CheemsInputError
 
 __all__ = ["error_kind", "example_data", "format_groups", "rank", "stats", "tasks", "validate"]
@@ -38,6 +38,7 @@ def tasks(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """Write the triple-wise annotation tasks of every prompt (paper §3.2)."""
+    file = data_paths(file)
     from cheems.formats import read_prompts
     from cheems.io import write_jsonl
     from cheems.graph import annotation_tasks
@@ -67,6 +68,7 @@ def rank(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """Resolve annotation conflicts into partial rankings (paper Algorithm 1)."""
+    annotations = data_paths(annotations)
     from cheems.benchmark import rank_annotations
 
     ranked = rank_annotations(annotations, output, report=report, keep_comparisons=keep_comparisons,
@@ -108,8 +110,8 @@ def validate(files: List[Path] = typer.Argument(..., help="Files to check (any c
     from cheems.formats import read_prompts
 
     bad = 0
-    for f in files:
-        res = read_prompts(f, skip_invalid=True, fmt=fmt)
+    for f, path in zip(files, data_paths(files)):
+        res = read_prompts(path, skip_invalid=True, fmt=fmt)
         ranked = sum(p.rank is not None for p in res.prompts)
         compared = sum(bool(p.comparisons) for p in res.prompts)
         n_resp = sum(len(p.responses) for p in res.prompts)
@@ -206,8 +208,8 @@ def stats(
     for col in ("prompts", "responses/prompt", "comparisons", "prompt chars", "chosen chars", "rejected chars"):
         table.add_column(col, justify="right")
     everything = []
-    for f in files:
-        res = read_prompts(f, skip_invalid=skip_invalid, fmt=fmt)
+    for f, path in zip(files, data_paths(files)):
+        res = read_prompts(path, skip_invalid=skip_invalid, fmt=fmt)
         print_skipped(res.errors)
         everything.extend(res.prompts)
         _stats_row(table, str(f), dataset_stats(res.prompts))

@@ -10,7 +10,8 @@ from typing import List, Optional
 import typer
 
 from cheems.cli.app import FORMAT_HELP, app
-from cheems.cli.console import err, judge_backend_for, out, print_skipped, progress, reports_input_errors
+from cheems.cli.console import (data_paths, err, judge_backend_for, out, print_skipped, progress,
+                                reports_input_errors)
 from cheems.cli.eval_tables import print_eval, print_judge, report_encoding
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.formats import RepeatedRows
@@ -69,7 +70,7 @@ def eval_(
 
     if bootstrap < 0:
         raise CheemsInputError(f"must be 0 (no bootstrap) or more resamples, got {bootstrap}", field="--bootstrap")
-    items_out = sidecar(json_out, "items") if json_out else None
+    bench, items_out = data_paths(bench), (sidecar(json_out, "items") if json_out else None)
     check_outputs([json_out, items_out], [*bench, scores, judge_flags.get("cache_path")])
     judge, generate = _judge_config(judge_flags, judge_backend, one_order, seed, model_flags)
     settings = build_settings(ModelSettings, model_flags)
@@ -151,6 +152,7 @@ def score(
     With --model, rows are appended batch by batch: an interrupted run, started again with the
     same command, resumes where it stopped.
     """
+    bench = data_paths(bench)
     from cheems.benchmark import read_benchmark
     from cheems.io import check_outputs
 

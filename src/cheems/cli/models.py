@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from cheems.cli.app import app
-from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_input_errors
+from cheems.cli.console import data_paths, err, fmt, out, print_skipped, progress, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
@@ -33,6 +33,7 @@ def train(
 
     section = read_yaml_mapping(config) if config is not None else None
     cfg = build_settings(TrainConfig, train_flags, config=config, section=section, config_flag=True)
+    cfg.train, cfg.eval = data_paths(cfg.train), data_paths(cfg.eval)
     # under `accelerate launch` every process runs this command: the first one speaks
     main_process = os.environ.get("RANK", "0") == "0"
     with (progress("training") if main_process else contextlib.nullcontext(None)) as bar:

@@ -1,0 +1,148 @@
+"""An entry's raw rows, read through Hugging Face ``datasets.load_dataset``.
+
+The same call reads the hub repository (downloaded once into the ``datasets`` cache) or a
+local folder laid out like it (``--source``: an offline mirror, a fork, the tests' fixtures).
+Rows come out in batches of Arrow records turned into Python dicts at once (much faster than
+indexing a ``Dataset`` row by row); streaming entries are read as a stream and stop as soon
+as enough rows were converted. Every failure of ``datasets`` becomes one line: unknown split
+or config (with the ones there are), not found, gated, offline without a cached copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from cheems.catalog.entry import Entry
+from cheems.records import CheemsInputError
+
+__all__ = ["BATCH_ROWS", "HUB_ID", "HubRows", "MISSING_EXTRA", "mirror_source", "offline", "open_rows"]
+
+MISSING_EXTRA = "reading datasets by name needs the datasets extra: pip install 'cheems[datasets]'"
+BATCH_ROWS = 1000
+"""Rows turned from Arrow into Python at a time."""
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+"""A hub repository id, ``owner/name``."""
+
+
+@dataclass
+class HubRows:
+    """The rows of one split: ``rows`` yields ``(index, row)``; ``total`` is the number of rows
+    when ``datasets`` knows it before reading (not for streams)."""
+
+    rows: Iterator[tuple[int, dict]]
+    total: int | None
+    where: str  # the hub id or the folder read, for messages
+
+
+def mirror_source(hub_id: str) -> str | None:
+    """The copy of ``hub_id`` in the folder ``$CHEEMS_HUB_MIRROR`` names (``OWNER/NAME``
+    folders laid out like the hub repositories: an offline mirror on a shared disk), if any."""
+    mirror = os.environ.get("CHEEMS_HUB_MIRROR", "").strip()
+    if not mirror:
+        return None
+    folder = Path(mirror).expanduser() / hub_id.removeprefix("github:")
+    return str(folder) if folder.is_dir() else None
+
+
+def offline() -> bool:
+    """Whether ``datasets`` was told to stay offline (``HF_DATASETS_OFFLINE`` or ``HF_HUB_OFFLINE``)."""
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"))
+
+
+def _load_kwargs(entry: Entry, *, local: bool, split: str, config: str | None, revision: str | None,
+                 streaming: bool) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"split": split, "streaming": streaming}
+    if config is not None:
+        kwargs["data_dir" if entry.config_is_data_dir else "name"] = config
+    if entry.data_files is not None:
+        kwargs["data_files"] = entry.data_files
+    if revision is not None and not local:
+        kwargs["revision"] = revision
+    if local:  # datasets keys a folder's cache by its path, not its files: an edited copy would read stale rows
+        kwargs["download_mode"] = "force_redownload"
+    return kwargs
+
+
+def open_rows(entry: Entry, *, source: str | None = None, split: str, config: str | None = None,
+              revision: str | None = None, streaming: bool | None = None) -> HubRows:
+    """The rows of ``split`` of ``entry`` (from ``source`` when given: a local folder laid out
+    like the hub repository, or another hub id with the same schema)."""
+    try:
+        import datasets
+    except ImportError:
+        raise CheemsInputError(MISSING_EXTRA) from None
+    where = source or entry.hub_id
+    local = Path(where).expanduser().is_dir()
+    if source is not None and not local and not HUB_ID.fullmatch(source):
+        raise CheemsInputError("no such folder (a --source is a local folder or a hub id owner/name)",
+                               file=source)
+    stream = entry.streaming if streaming is None else streaming
+    kwargs = _load_kwargs(entry, local=local, split=split, config=config, revision=revision, streaming=stream)
+    path = str(Path(where).expanduser()) if local else where
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retry warnings; the failure is one line
+    dataset = _call_datasets(datasets.load_dataset, path, kwargs, entry, where)
+    if stream:
+        return HubRows(enumerate(_guarded(iter(dataset), entry, where)), None, where)
+    return HubRows(_batched_rows(dataset), dataset.num_rows, where)
+
+
+def _batched_rows(dataset) -> Iterator[tuple[int, dict]]:
+    """Every row of an Arrow-backed ``Dataset``, a batch at a time (``to_pylist`` converts a
+    whole batch in C++; indexing row by row re-formats each row in Python)."""
+    index = 0
+    for table in dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
+        for row in table.to_pylist():
+            yield index, row
+            index += 1
+
+
+def _guarded(rows: Iterator[dict], entry: Entry, where: str) -> Iterator[dict]:
+    """A stream's rows, with the errors a stream raises only when read (network, a bad file)
+    as one line."""
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except (OSError, ValueError) as e:
+            raise _load_error(e, entry, where) from None
+        yield row
+
+
+def _call_datasets(load, path: str, kwargs: dict, entry: Entry, where: str):
+    try:
+        return load(path, **kwargs)
+    except ImportError as e:  # a builder's own dependency (e.g. zstandard for .zst files)
+        raise CheemsInputError(f"{entry.name}: reading {where} needs a package that is missing: {e}") from None
+    except Exception as e:  # datasets raises many types; each becomes one line
+        raise _load_error(e, entry, where) from None
+
+
+def _load_error(e: Exception, entry: Entry, where: str) -> CheemsInputError:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    name = type(e).__name__
+    lowered = text.lower()
+    if offline() and ("offline" in lowered or "connection" in lowered or name in ("ConnectionError",
+                                                                                  "OfflineModeIsEnabled")):
+        return CheemsInputError(f"{entry.name}: {where} is not in the datasets cache and HF_DATASETS_OFFLINE/"
+                                "HF_HUB_OFFLINE is set; unset it to download once, or point --source at a local copy")
+    if "gated" in lowered or "401" in text or "403" in text or "authenticat" in lowered:
+        return CheemsInputError(f"{entry.name}: {where} is gated: accept its terms on the hub and log in "
+                                f"(`hf auth login` or HF_TOKEN), or point --source at a local copy ({text})")
+    if name in ("DatasetNotFoundError", "FileNotFoundError", "EmptyDatasetError", "DataFilesNotFoundError"):
+        return CheemsInputError(f"{entry.name}: {where} not found or holds no data files for this "
+                                f"split/config ({text})")
+    if "split" in lowered and ("unknown" in lowered or "should be one of" in lowered):
+        return CheemsInputError(f"{entry.name}: {text}", field="--split")
+    if "config" in lowered and ("not found" in lowered or "available" in lowered):
+        return CheemsInputError(f"{entry.name}: {text}", field="--config")
+    if name in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "HTTPError") or "connection" in lowered:
+        return CheemsInputError(f"{entry.name}: could not reach the hub for {where} ({text}); "
+                                "point --source at a local copy")
+    return CheemsInputError(f"{entry.name}: datasets could not read {where}: {name}: {text}")

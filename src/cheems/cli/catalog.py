@@ -1,0 +1,79 @@
+"""`cheems data list`, `data info` and `data get`: public preference datasets by name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cheems.cli.console import err, out, print_skipped, progress, reports_input_errors
+
+__all__ = ["data_app", "get", "info", "list_entries"]
+
+data_app = typer.Typer(no_args_is_help=True, help="Public preference datasets by name: list them, read about one, "
+                       "convert one to a cheems file. Every command that takes a data file also takes a name "
+                       "(NAME[:CONFIG][@SPLIT][+OPTION]) or hf:OWNER/NAME[:CONFIG][@SPLIT].")
+
+
+@data_app.command("list")
+def list_entries():
+    """Every catalogue entry on one line: name, hub id, language, size, licence."""
+    from cheems.catalog.registry import CATALOG
+
+    entries = list(CATALOG.values())
+    widths = [max(len(e.name) for e in entries), max(len(e.hub_id) for e in entries), 2,
+              max(len(e.size) for e in entries)]
+    for e in entries:
+        cells = (e.name, e.hub_id, e.language, e.size)
+        marks = (" (non-commercial)" if e.non_commercial else "") + (" (gated)" if e.gated else "")
+        line = "  ".join(c.ljust(w) for c, w in zip(cells, widths))
+        out.print(f"{line}  {e.licence}{marks}", soft_wrap=True)
+
+
+@data_app.command()
+@reports_input_errors
+def info(name: str = typer.Argument(..., help="A catalogue name (see `cheems data list`).")):
+    """Everything the catalogue knows about one dataset: hub id, revision, licence, splits,
+    configs, option, the columns its conversion reads."""
+    from cheems.catalog.registry import find_entry
+
+    e = find_entry(name)
+    facts = [("title", e.title), ("hub id", e.hub_id), ("revision", e.revision or "latest"),
+             ("language", e.language), ("size", e.size),
+             ("licence", e.licence + ("  (not for commercial use)" if e.non_commercial else "")),
+             ("access", "gated: accept the terms on the hub and log in" if e.gated else "open"),
+             ("splits", ", ".join(e.files or e.splits) + f"  (default {e.split})"),
+             ("configs", (", ".join(e.configs) + f"  (default {e.config or 'all'})") if e.configs else "-"),
+             ("option", f"{e.option.name}: {', '.join(e.option.choices)} (default {e.option.default}); "
+                        f"{e.option.help}" if e.option else "-"),
+             ("columns read", ", ".join(e.columns) or "-"),
+             ("same schema", ", ".join(e.alternatives) or "-"), ("about", e.description or "-")]
+    for key, value in facts:
+        out.print(f"{key:>13}: {value}", soft_wrap=True)
+
+
+@data_app.command()
+@reports_input_errors
+def get(name: str = typer.Argument(..., help="A catalogue name or hf:OWNER/NAME[:CONFIG][@SPLIT]."),
+        output: Path = typer.Option(..., "-o", "--output", help="The cheems JSONL file to write."),
+        split: Optional[str] = typer.Option(None, "--split", help="The split to read (default: the entry's)."),
+        config: Optional[str] = typer.Option(None, "--config", help="The hub config (or folder) to read."),
+        option: Optional[str] = typer.Option(None, "--option", help="The entry's option (see `cheems data info`)."),
+        revision: Optional[str] = typer.Option(None, "--revision", help="A hub revision (default: the pinned one)."),
+        limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Stop after this many rows."),
+        source: Optional[str] = typer.Option(None, "--source", help="Read a local folder laid out like the hub "
+                                             "repository, or another hub id with the same schema."),
+        skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip rows that cannot be converted.")):
+    """Download a dataset (once, into the datasets cache) and convert it to cheems rows."""
+    from cheems.catalog.get import get_dataset
+    from cheems.io import check_outputs
+
+    check_outputs([output], [source] if source and Path(source).exists() else [])
+    with progress(f"converting {name}") as bar:
+        summary = get_dataset(name, output, split=split, config=config, option=option, revision=revision,
+                              limit=limit, source=source, skip_invalid=skip_invalid, progress=bar,
+                              notify=lambda line: err.print(line, soft_wrap=True))
+    print_skipped(summary["errors"])
+    rate = summary["rows"] / summary["seconds"] if summary["seconds"] > 0 else 0.0
+    out.print(f"wrote {summary['rows']} rows -> {output} ({rate:,.0f} rows/s)")

@@ -1,0 +1,203 @@
+"""Datasets by name: the spec syntax, `cheems data list/info/get`, and names wherever a command
+takes a data file (converted once into the cache, read through the real ``datasets`` path)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("datasets")
+
+from cheems.catalog.get import generic_entry, get_dataset, iter_converted, parse_spec, resolve_data  # noqa: E402
+from cheems.catalog.registry import CATALOG, find_entry  # noqa: E402
+from cheems.records import CheemsInputError  # noqa: E402
+
+
+def _transcript(question: str, answer: str) -> str:
+    return f"\n\nHuman: {question}\n\nAssistant: {answer}"
+
+
+HH_ROWS = [
+    {"chosen": _transcript("How do I keep basil alive indoors?", "Give it a sunny window and water when the soil "
+                           "is dry."),
+     "rejected": _transcript("How do I keep basil alive indoors?", "Basil cannot live indoors.")},
+    {"chosen": _transcript("What is 12 times 12?", "144."),
+     "rejected": _transcript("What is 12 times 12?", "124.")},
+    {"chosen": _transcript("Name a prime number above 20.", "23 is prime."),
+     "rejected": _transcript("Name a prime number above 20.", "21 is prime.")},
+]
+
+
+@pytest.fixture
+def mirror(tmp_path: Path, monkeypatch) -> Path:
+    """A hub mirror folder holding Anthropic/hh-rlhf's harmless-base test file (as gzipped JSONL,
+    as the hub repository holds it) and a team/pairs repository of plain pairs."""
+    root = tmp_path / "mirror"
+    hh = root / "Anthropic" / "hh-rlhf" / "harmless-base"
+    hh.mkdir(parents=True)
+    with gzip.open(hh / "test.jsonl.gz", "wt", encoding="utf-8") as f:
+        for row in HH_ROWS:
+            f.write(json.dumps(row) + "\n")
+    pairs = root / "team" / "pairs" / "data"
+    pairs.mkdir(parents=True)
+    rows = [{"prompt": "写一句关于秋天的诗。", "chosen": "秋风起兮白云飞。", "rejected": "秋天。"},
+            {"prompt": "一周有几天？", "chosen": "七天。", "rejected": "五天。"}]
+    (pairs / "train.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows),
+                                       encoding="utf-8")
+    monkeypatch.setenv("CHEEMS_HUB_MIRROR", str(root))
+    return root
+
+
+def test_spec_syntax():
+    spec = parse_spec("hh-rlhf:harmless-base@test")
+    assert (spec.entry.name, spec.config, spec.split, spec.option) == ("hh-rlhf", "harmless-base", "test", None)
+    spec = parse_spec("pku-saferlhf@test+safer")
+    assert (spec.entry.name, spec.split, spec.option) == ("pku-saferlhf", "test", "safer")
+    spec = parse_spec("hf:Anthropic/hh-rlhf@train")
+    assert spec.entry is CATALOG["hh-rlhf"] and spec.split == "train"
+    spec = parse_spec("hf:someone/else:cfg@dev")
+    assert (spec.entry.name, spec.entry.hub_id, spec.config, spec.split) == ("hf:someone/else", "someone/else",
+                                                                             "cfg", "dev")
+    assert parse_spec("bench.jsonl") is None and parse_spec("data/open.jsonl") is None
+    assert parse_spec("not-a-dataset") is None  # a file that is missing: the command says so
+    with pytest.raises(CheemsInputError, match="no dataset 'nosuch'"):
+        parse_spec("nosuch@train")
+    with pytest.raises(CheemsInputError, match="hf:OWNER/NAME"):
+        parse_spec("hf:no-owner")
+
+
+def test_existing_file_wins(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("hh-rlhf").write_text("{}", encoding="utf-8")
+    assert resolve_data("hh-rlhf") == Path("hh-rlhf")
+
+
+def test_options_and_splits_checked():
+    with pytest.raises(CheemsInputError, match="takes no option"):
+        list(iter_converted("hh-rlhf+x"))
+    with pytest.raises(CheemsInputError, match="axis must be one of better, safer"):
+        list(iter_converted("pku-saferlhf+kind"))
+    with pytest.raises(CheemsInputError, match="no config 'nope'"):
+        list(iter_converted("hh-rlhf:nope"))
+
+
+def test_names_are_unique_and_complete():
+    assert len(CATALOG) == len({e.hub_id + str(e.files) + str(e.data_files) + str(e.option) for e in CATALOG.values()})
+    for entry in CATALOG.values():
+        assert entry.language in ("zh", "en") and entry.licence and entry.size and entry.columns
+        assert find_entry(entry.name.upper()) is entry
+
+
+def test_get_reads_the_mirror(mirror: Path, tmp_path: Path):
+    out = tmp_path / "hh.jsonl"
+    summary = get_dataset("hh-rlhf:harmless-base@test", out)
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert summary["rows"] == 3 and len(rows) == 3
+    assert rows[1]["prompt"] == "What is 12 times 12?"
+    assert [r["content"] for r in rows[1]["responses"]] == ["144.", "124."]
+    assert rows[1]["rank"] == {"chosen": 0, "rejected": 1} and rows[1]["subset"] == "harmless-base"
+
+
+def test_limit_and_generic_rows(mirror: Path, tmp_path: Path):
+    prompts = list(iter_converted("hf:team/pairs", limit=1))
+    assert len(prompts) == 1 and prompts[0].prompt == "写一句关于秋天的诗。"
+    assert generic_entry("team/pairs").name == "hf:team/pairs"
+
+
+def test_bad_row_is_one_located_error_and_nothing_written(tmp_path: Path):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(json.dumps({"prompt": "问", "chosen": "答", "rejected": "答二"}) + "\n" +
+                                        json.dumps({"prompt": "问题", "chosen": ""}) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    with pytest.raises(CheemsInputError) as e:
+        get_dataset("hf:team/bad", out, source=str(folder))
+    assert str(e.value).startswith(f"{folder}@train:2: ") and not out.exists()
+    errors: list = []
+    summary = get_dataset("hf:team/bad", out, source=str(folder), skip_invalid=True, errors=errors)
+    assert summary["rows"] == 1 and len(errors) == 1 and out.exists()
+
+
+def test_missing_source_folder_is_one_line(tmp_path: Path):
+    with pytest.raises(CheemsInputError, match="no such folder"):
+        list(iter_converted("hh-rlhf", source=str(tmp_path / "nowhere" / "x")))
+
+
+def test_offline_without_cache_says_so(run_cli, monkeypatch):
+    monkeypatch.delenv("CHEEMS_HUB_MIRROR", raising=False)
+    r = run_cli("stats", "hh-rlhf:harmless-base@test", env={"HF_DATASETS_OFFLINE": "1"})
+    assert r.returncode == 2
+    assert "not in the datasets cache and HF_DATASETS_OFFLINE" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_commands_take_names_and_convert_once(mirror: Path, run_cli, tmp_path: Path):
+    r = run_cli("stats", "hh-rlhf:harmless-base@test")
+    assert r.returncode == 0, r.stderr
+    assert "hh-rlhf:harmless-base@test" in r.stdout and "3" in r.stdout
+    (mirror / "Anthropic" / "hh-rlhf" / "harmless-base" / "test.jsonl.gz").unlink()  # now only the cache has it
+    r = run_cli("validate", "hh-rlhf:harmless-base@test")
+    assert r.returncode == 0 and "3 valid row(s)" in r.stdout, r.stdout + r.stderr
+
+
+def test_eval_by_name_equals_eval_of_the_file(run_cli, tmp_path: Path, sample_annotations: Path, monkeypatch):
+    bench = tmp_path / "bench.jsonl"
+    assert run_cli("rank", sample_annotations / "open.jsonl", "-o", bench).returncode == 0
+    repo = tmp_path / "mirror" / "team" / "bench"
+    repo.mkdir(parents=True)
+    rows = [json.loads(line) for line in bench.read_text(encoding="utf-8").splitlines()]
+    (repo / "test.jsonl").write_text("".join(json.dumps({**r, "subset": "open"}, ensure_ascii=False) + "\n"
+                                             for r in rows), encoding="utf-8")
+    monkeypatch.setenv("CHEEMS_HUB_MIRROR", str(tmp_path / "mirror"))
+    by_file = tmp_path / "file.json"
+    by_name = tmp_path / "name.json"
+    assert run_cli("eval", bench, "--scorer", "length", "--json", by_file, "--bootstrap", "0").returncode == 0
+    r = run_cli("eval", "hf:team/bench@test", "--scorer", "length", "--json", by_name, "--bootstrap", "0")
+    assert r.returncode == 0, r.stderr
+    a, b = json.loads(by_file.read_text()), json.loads(by_name.read_text())
+    assert a["subsets"]["open"]["accuracy"] == b["subsets"]["open"]["accuracy"]
+    assert a["overall"] == b["overall"]
+
+
+def test_data_list_and_info(run_cli):
+    r = run_cli("data", "list")
+    assert r.returncode == 0
+    lines = r.stdout.splitlines()
+    for entry in CATALOG.values():
+        line = next(l for l in lines if l.startswith(entry.name + " "))
+        assert entry.hub_id in line and entry.licence.split()[0] in line
+    r = run_cli("data", "info", "pku-saferlhf")
+    assert r.returncode == 0 and "PKU-Alignment/PKU-SafeRLHF" in r.stdout and "axis" in r.stdout
+    r = run_cli("data", "info", "nosuch")
+    assert r.returncode == 2 and "no dataset 'nosuch'" in r.stderr
+
+
+def test_data_get_cli(mirror: Path, run_cli, tmp_path: Path):
+    r = run_cli("data", "get", "hh-rlhf", "--config", "harmless-base", "--split", "test", "--limit", "2",
+                "-o", "hh.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert len((tmp_path / "hh.jsonl").read_text(encoding="utf-8").splitlines()) == 2
+    r = run_cli("data", "get", "hh-rlhf", "--split", "nope", "--config", "harmless-base", "-o", "x.jsonl")
+    assert r.returncode == 2 and "nope" in r.stderr and not (tmp_path / "x.jsonl").exists()
+
+
+def test_non_commercial_licence_said_once(tmp_path: Path):
+    entry = next(e for e in CATALOG.values() if e.non_commercial)
+    said: list[str] = []
+    from cheems.catalog.get import licence_notice
+
+    licence_notice(entry, said.append)
+    licence_notice(entry, said.append)
+    assert len(said) == 1 and entry.licence in said[0]
+
+
+def test_every_entry_is_documented():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "catalog.md").read_text(encoding="utf-8")
+    for entry in CATALOG.values():
+        assert f"| `{entry.name}` | {entry.title} | `{entry.hub_id}` |" in doc, entry.name
+
+
+def test_file_names_with_colons_or_ats_are_files():
+    assert parse_spec("runs/data@2024.jsonl") is None and parse_spec("open:v2.jsonl") is None
