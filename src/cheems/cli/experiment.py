@@ -1,0 +1,81 @@
+"""`cheems experiment run` and `cheems experiment status`: study grids over the experiment folder."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from cheems.cli.console import err, fmt, out, reports_input_errors
+
+__all__ = ["experiment_app", "run", "status"]
+
+experiment_app = typer.Typer(no_args_is_help=True, help="Study grids (paper §6): datasets x base models x data "
+                             "sizes x seeds, each cell trained and evaluated, resumable cell by cell.")
+
+
+@experiment_app.command("run")
+@reports_input_errors
+def run(
+    exp: Path = typer.Argument(..., help="Experiment YAML: benchmarks, base_models, datasets, data_sizes, seeds, "
+                               "train, eval (see docs)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Experiment folder; a later run with the same "
+                                "folder resumes it (and adds the cells of a grown grid)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Run each cell as a Ray task: 'auto' (the running "
+                                      "cluster), an address, or 'local' (a new local instance)."),
+):
+    """Train and evaluate every cell of an experiment grid; finished cells are skipped, an
+    interrupted one resumes from its last checkpoint."""
+    from cheems.experiments import read_grid, run_experiment
+
+    grid = read_grid(exp)
+    warn = (lambda line: err.print(line, style="yellow", soft_wrap=True))
+    with _cells_progress() as bar:
+        summary = run_experiment(grid, output, ray_address=ray, progress=bar, notify=warn)
+    already = f" ({len(summary['already'])} finished before)" if summary["already"] else ""
+    out.print(f"ran {len(summary['ran'])} of {len(summary['cells'])} cells{already} -> {summary['results']}")
+
+
+@contextlib.contextmanager
+def _cells_progress():
+    """On a terminal, two bars on stderr: cells done of all, and the current cell's training
+    steps. In a pipe or a CI log (where a bar shows nothing), a line as each cell starts and ends."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    if not err.is_terminal:
+        yield _cell_lines
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err, transient=True) as bar:
+        cells = bar.add_task("cells", total=None)
+        steps = bar.add_task("training", total=None)
+
+        def update(p) -> None:
+            bar.update(cells, completed=p.done, total=p.cells)
+            bar.update(steps, description=f"{p.cell}: {p.stage}", completed=p.step, total=p.steps or None)
+
+        yield update
+
+
+def _cell_lines(p) -> None:
+    if p.stage in ("prepare", "done"):
+        out.print(f"cell {p.index + 1}/{p.cells} {p.cell}: {'finished' if p.stage == 'done' else 'started'}")
+
+
+@experiment_app.command("status")
+@reports_input_errors
+def status(folder: Path = typer.Argument(..., help="Experiment folder (the -o of `experiment run`).")):
+    """Cells done and left, the last checkpoint of started cells, and each cell's Overall."""
+    from rich.table import Table
+
+    from cheems.experiments import experiment_status
+
+    st = experiment_status(folder)
+    out.print(f"{st['done']} of {len(st['cells'])} cells done, {st['left']} left ({st['folder']})")
+    table = Table("cell", "state", "checkpoint", "pairs", "Overall")
+    for c in st["cells"]:
+        table.add_row(c["cell"], c["state"], "-" if c["checkpoint"] is None else str(c["checkpoint"]),
+                      "-" if c["pairs"] is None else str(c["pairs"]), fmt(c["overall"]))
+    out.print(table)

@@ -1,0 +1,106 @@
+"""The experiment folder: what `cheems experiment run` writes and `experiment status`,
+`experiment table` and `cheems report` read.
+
+- ``experiment.json``: the grid as read (normalised), the settings every cell shares, and the
+  ids of every cell any run of this folder planned, in order.
+- ``cells/<cell-id>/``: ``data/train.jsonl``, ``model/`` (the `cheems train` output folder),
+  ``eval.json`` and ``eval.items.jsonl``, ``cell.json`` (the cell's settings and fingerprint).
+- ``results.jsonl``: one line per finished cell, appended and pushed to disk as each finishes;
+  a cell is finished iff its line is there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import orjson
+
+from cheems.io import write_json
+from cheems.records import CheemsInputError
+
+__all__ = ["CELL_FILE", "CELLS_DIR", "DATA_FILE", "EVAL_FILE", "EVAL_ITEMS_FILE", "EXPERIMENT_FILE", "MODEL_DIR",
+           "RESULTS_FILE", "append_result", "cell_folder", "read_cell_record", "read_experiment_record",
+           "read_results", "write_cell_record", "write_experiment_record"]
+
+EXPERIMENT_FILE = "experiment.json"
+RESULTS_FILE = "results.jsonl"
+CELLS_DIR = "cells"
+CELL_FILE = "cell.json"
+DATA_FILE = "data/train.jsonl"
+MODEL_DIR = "model"
+EVAL_FILE = "eval.json"
+EVAL_ITEMS_FILE = "eval.items.jsonl"
+
+
+def cell_folder(out_dir: str | os.PathLike, cell_id: str) -> Path:
+    return Path(out_dir) / CELLS_DIR / cell_id
+
+
+def _read_json(path: Path) -> dict | None:
+    """The JSON object in ``path``, None when there is no file; a broken one is one error naming it."""
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheemsInputError(f"cannot read ({e}); use another -o folder", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise CheemsInputError("not a JSON object; use another -o folder", file=str(path))
+    return data
+
+
+def read_experiment_record(out_dir: str | os.PathLike) -> dict | None:
+    """``experiment.json`` of ``out_dir``, None before the first run."""
+    return _read_json(Path(out_dir) / EXPERIMENT_FILE)
+
+
+def write_experiment_record(out_dir: str | os.PathLike, record: dict) -> None:
+    write_json(Path(out_dir) / EXPERIMENT_FILE, record)
+
+
+def read_cell_record(out_dir: str | os.PathLike, cell_id: str) -> dict | None:
+    """``cells/<id>/cell.json``, None when the cell was never started."""
+    return _read_json(cell_folder(out_dir, cell_id) / CELL_FILE)
+
+
+def write_cell_record(out_dir: str | os.PathLike, cell_id: str, record: dict) -> None:
+    write_json(cell_folder(out_dir, cell_id) / CELL_FILE, record)
+
+
+def read_results(out_dir: str | os.PathLike) -> dict[str, dict]:
+    """The lines of ``results.jsonl`` by cell id. A last line cut short by a kill (no newline, or
+    not JSON) is cut off the file; a broken line before it is one error naming it."""
+    path = Path(out_dir) / RESULTS_FILE
+    if not path.exists():
+        return {}
+    data = path.read_bytes()
+    rows: dict[str, dict] = {}
+    good_end = 0
+    lines = data.splitlines(keepends=True)
+    for n, line in enumerate(lines, 1):
+        try:
+            row = orjson.loads(line) if line.endswith(b"\n") else None
+        except orjson.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict) or not isinstance(row.get("cell"), str):
+            if n == len(lines):
+                break  # the line a killed run was writing
+            raise CheemsInputError("not a results line (an object with 'cell'); use another -o folder",
+                                   file=str(path), line=n)
+        rows[row["cell"]] = row
+        good_end += len(line)
+    if good_end < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(good_end)
+    return rows
+
+
+def append_result(out_dir: str | os.PathLike, row: dict) -> None:
+    """Append one results line and push it to disk before returning."""
+    path = Path(out_dir) / RESULTS_FILE
+    with open(path, "ab") as f:
+        f.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY))
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,349 @@
+"""`cheems experiment run` / `status`: study grids trained and evaluated cell by cell with tiny real
+models, resumed after a kill, grown, and refused when their settings change."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cheems.experiments.cells import cell_id
+from cheems.experiments.grid import read_grid
+from cheems.experiments.prepare import sample_by_prompt
+from cheems.experiments.cell_recipe import count_parameters
+from cheems.formats import read_prompts
+from cheems.records import CheemsInputError
+from cheems.training.training_data import training_pairs
+from tests.conftest import HANG_TIMEOUT_S, kill_when, run_cli_in
+from tests.tiny_models import ONE_THREAD_ENV, copy_checkpoint
+
+pytestmark = pytest.mark.usefixtures("single_torch_thread")
+
+TRAIN = "train: {epochs: 1, learning_rate: 1.0e-3, micro_batch_size: 8, gradient_accumulation: 1, save_every: 1}\n"
+
+
+def experiment(cwd: Path, *args):
+    """``cheems experiment ARGS`` in this process, in the folder ``cwd``."""
+    return run_cli_in(cwd, "experiment", *args)
+
+
+def experiment_command(*args) -> list[str]:
+    """The argv of ``cheems experiment ARGS`` in a fresh process."""
+    return [sys.executable, "-m", "cheems.cli", "experiment", *map(str, args)]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, sample_annotations, cli_tiny_model):
+    """open.jsonl and human.jsonl (the sample ranked by `cheems rank`) and the tiny model."""
+    d = tmp_path_factory.mktemp("experiments")
+    for name in ("open", "human"):
+        r = run_cli_in(d, "rank", sample_annotations / f"{name}.jsonl", "-o", f"{name}.jsonl")
+        assert r.returncode == 0, r.stderr
+    copy_checkpoint(cli_tiny_model, d / "tiny")
+    return d
+
+
+def write_grid(folder: Path, name: str, body: str) -> Path:
+    path = folder / name
+    path.write_text(body, encoding="utf-8")
+    return path
+
+
+GRID = ("benchmarks: [open.jsonl]\n"
+        "base_models: [tiny]\n"
+        "datasets:\n"
+        "  - {name: open-train, path: open.jsonl}\n"
+        "  - {name: human-debiased, path: human.jsonl, curate: [debias]}\n"
+        "data_sizes: [20, 40]\n"
+        "seeds: [0]\n" + TRAIN + "eval: {batch_size: 16}\n")
+
+
+@pytest.fixture(scope="module")
+def finished(workdir):
+    """The 2 datasets x 2 sizes grid, run once into ``grid-out``."""
+    write_grid(workdir, "grid.yaml", GRID)
+    r = experiment(workdir, "run", "grid.yaml", "-o", "grid-out")
+    assert r.returncode == 0, r.stderr
+    return workdir / "grid-out"
+
+
+def results(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- a whole grid
+
+def test_every_cell_reports_what_a_fresh_eval_of_its_model_finds(workdir, finished):
+    rows = results(finished)
+    assert [r["cell"] for r in rows] == ["open-train__tiny__20__s0", "open-train__tiny__40__s0",
+                                         "human-debiased__tiny__20__s0", "human-debiased__tiny__40__s0"]
+    for row in rows:
+        assert row["folder"] == f"cells/{row['cell']}" and row["base_model_name"] == "tiny"
+        assert 0 < row["pairs"] <= row["data_size"] and row["seed"] == 0 and row["variant"] is None
+        model = finished / row["folder"] / "model"
+        fresh = run_cli_in(workdir, "eval", "open.jsonl", "--model", model, "--json", f"{row['cell']}.json")
+        assert fresh.returncode == 0, fresh.stderr
+        report = json.loads((workdir / f"{row['cell']}.json").read_text(encoding="utf-8"))
+        assert row["eval"]["overall"] == report["overall"]
+        for key in ("accuracy", "exact_match", "score"):
+            assert row["eval"]["subsets"]["open"][key] == report["subsets"]["open"][key]
+        assert json.loads((finished / row["folder"] / "eval.json").read_text(encoding="utf-8")) == row["eval"]
+
+
+def test_the_parameter_count_is_the_saved_models(finished):
+    import torch  # noqa: F401
+    from transformers import AutoModelForSequenceClassification
+
+    row = results(finished)[0]
+    model = AutoModelForSequenceClassification.from_pretrained(finished / row["folder"] / "model")
+    assert row["parameters"] == count_parameters(finished / row["folder"] / "model") \
+        == sum(p.numel() for p in model.parameters())
+
+
+def test_the_sampled_data_holds_whole_prompts_and_the_debiased_set_is_balanced(workdir, finished):
+    source = {p.id: p for p in read_prompts(workdir / "open.jsonl").prompts}
+    row = results(finished)[1]
+    sampled = read_prompts(finished / row["folder"] / "data" / "train.jsonl").prompts
+    for p in sampled:
+        assert p.rank == source[p.id].rank and [r.id for r in p.responses] == [r.id for r in source[p.id].responses]
+    assert sum(len(pairs) for _, _, pairs in training_pairs(sampled)[0]) == row["pairs"]
+    debiased = read_prompts(finished / "cells" / "human-debiased__tiny__40__s0" / "data" / "train.jsonl").prompts
+    assert all(p.rank is None and p.comparisons for p in debiased)  # length_debias turned rankings into pairs
+
+
+def test_a_second_run_trains_nothing_and_status_lists_the_cells(workdir, finished):
+    before = (finished / "results.jsonl").read_bytes()
+    weights = {p: digest(p) for p in finished.glob("cells/*/model/model.safetensors")}
+    r = experiment(workdir, "run", "grid.yaml", "-o", "grid-out")
+    assert r.returncode == 0, r.stderr
+    assert "ran 0 of 4 cells (4 finished before)" in r.stdout
+    assert (finished / "results.jsonl").read_bytes() == before
+    assert {p: digest(p) for p in finished.glob("cells/*/model/model.safetensors")} == weights
+    st = experiment(workdir, "status", "grid-out")
+    assert st.returncode == 0, st.stderr
+    assert "4 of 4 cells done, 0 left" in st.stdout
+    overall = {row["cell"]: f"{row['eval']['overall']:.4f}" for row in results(finished)}
+    for cell, value in overall.items():
+        line = next(x for x in st.stdout.splitlines() if cell in x)
+        assert "done" in line and value in line
+
+
+def test_a_grown_grid_adds_its_new_cells_only(workdir, finished):
+    grown = workdir / "grown-out"
+    shutil.copytree(finished, grown)
+    before = (grown / "results.jsonl").read_bytes()
+    write_grid(workdir, "grown.yaml", GRID.replace("data_sizes: [20, 40]", "data_sizes: [20, 40, 10]"))
+    r = experiment(workdir, "run", "grown.yaml", "-o", "grown-out")
+    assert r.returncode == 0, r.stderr
+    assert "ran 2 of 6 cells (4 finished before)" in r.stdout
+    assert (grown / "results.jsonl").read_bytes().startswith(before)
+    assert [row["cell"] for row in results(grown)][4:] == ["open-train__tiny__10__s0", "human-debiased__tiny__10__s0"]
+    record = json.loads((grown / "experiment.json").read_text(encoding="utf-8"))
+    assert len(record["cells"]) == 6 and record["data_sizes"] == [20, 40, 10]
+
+
+def test_a_changed_train_setting_is_refused_in_one_line(workdir, finished):
+    before = (finished / "results.jsonl").read_bytes()
+    write_grid(workdir, "changed.yaml", GRID.replace("learning_rate: 1.0e-3", "learning_rate: 2.0e-3"))
+    r = experiment(workdir, "run", "changed.yaml", "-o", "grid-out")
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "train.learning_rate 0.001 -> 0.002" in lines[0] and "another -o folder" in lines[0]
+    assert (finished / "results.jsonl").read_bytes() == before
+
+
+def test_a_cell_whose_data_changed_is_refused_naming_it(workdir, finished, tmp_path):
+    copy = tmp_path / "out"
+    shutil.copytree(finished, copy)
+    rows = (workdir / "open.jsonl").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "open.jsonl").write_text("\n".join(rows[:-1]) + "\n", encoding="utf-8")
+    shutil.copy(workdir / "human.jsonl", tmp_path / "human.jsonl")
+    body = GRID.replace("tiny]", f"{{path: {workdir / 'tiny'}, name: tiny}}]")
+    body = body.replace("benchmarks: [open.jsonl]", f"benchmarks: [{workdir / 'open.jsonl'}]")
+    write_grid(tmp_path, "grid.yaml", body)
+    r = experiment(tmp_path, "run", "grid.yaml", "-o", "out")
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "cell open-train__tiny__20__s0 exists with other settings" in r.stderr
+    assert "the dataset's files changed" in r.stderr
+
+
+# ----------------------------------------------------------------------------- kill and resume
+
+def test_a_killed_run_resumes_the_interrupted_cell_from_its_checkpoint(workdir, tmp_path):
+    for name in ("open.jsonl", "human.jsonl"):
+        shutil.copy(workdir / name, tmp_path / name)
+    write_grid(tmp_path, "grid.yaml", GRID.replace("data_sizes: [20, 40]", "data_sizes: [10, all]")
+               .replace("tiny]", f"{{path: {workdir / 'tiny'}, name: tiny}}]")
+               .replace("micro_batch_size: 8", "micro_batch_size: 4")
+               .replace("  - {name: human-debiased, path: human.jsonl, curate: [debias]}\n", ""))
+    out = tmp_path / "out"
+    first, second = out / "cells" / "open-train__tiny__10__s0", out / "cells" / "open-train__tiny__all__s0"
+
+    def second_cell_checkpointed() -> bool:
+        return (out / "results.jsonl").exists() and any((second / "model").glob("checkpoint-*/trainer_state.json"))
+
+    env = {**os.environ, **ONE_THREAD_ENV}
+    proc = subprocess.Popen(experiment_command("run", "grid.yaml", "-o", "out"), cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kill_when(proc, second_cell_checkpointed)
+    assert not (second / "model" / "train_summary.json").exists()
+    line = (out / "results.jsonl").read_bytes()
+    assert [json.loads(x)["cell"] for x in line.splitlines()] == [first.name]
+    weights_file = first / "model" / "model.safetensors"
+    weights = (digest(weights_file), weights_file.stat().st_mtime_ns)
+
+    again = subprocess.run(experiment_command("run", "grid.yaml", "-o", "out"), cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    assert again.returncode == 0, again.stderr
+    assert "ran 1 of 2 cells (1 finished before)" in again.stdout
+    assert (out / "results.jsonl").read_bytes().startswith(line)
+    assert [row["cell"] for row in results(out)] == [first.name, second.name]
+    assert (digest(weights_file), weights_file.stat().st_mtime_ns) == weights
+    summary = json.loads((second / "model" / "train_summary.json").read_text(encoding="utf-8"))
+    assert summary["resumed_from"] and summary["resumed_from"] > 0
+    steps = [json.loads(x)["step"] for x in (second / "model" / "train_log.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, summary["steps"] + 1))
+
+
+def test_status_of_an_interrupted_folder_shows_the_last_checkpoint(workdir, tmp_path):
+    out = tmp_path / "out"
+    cell = out / "cells" / "a__tiny__10__s0"
+    (cell / "model" / "checkpoint-3").mkdir(parents=True)
+    (cell / "model" / "checkpoint-3" / "trainer_state.json").write_text('{"step": 3}', encoding="utf-8")
+    (out / "cells" / "b__tiny__10__s0" / "data").mkdir(parents=True)
+    (out / "cells" / "b__tiny__10__s0" / "data" / "train.jsonl").write_text("", encoding="utf-8")
+    (out / "experiment.json").write_text(json.dumps({"cells": ["a__tiny__10__s0", "b__tiny__10__s0",
+                                                               "c__tiny__10__s0"]}), encoding="utf-8")
+    st = experiment(tmp_path, "status", "out")
+    assert st.returncode == 0, st.stderr
+    assert "0 of 3 cells done, 3 left" in st.stdout
+    rows = {line.split()[1]: line for line in st.stdout.splitlines() if "__tiny__" in line}
+    assert "training" in rows["a__tiny__10__s0"] and " 3 " in rows["a__tiny__10__s0"]
+    assert "prepared" in rows["b__tiny__10__s0"] and "waiting" in rows["c__tiny__10__s0"]
+    missing = experiment(tmp_path, "status", "nowhere")
+    assert missing.returncode == 2 and "no such experiment folder" in missing.stderr
+
+
+# ----------------------------------------------------------------------------- the grid file
+
+BAD_GRIDS = [
+    ("colour: blue\n", "colour", "unknown key 'colour'"),
+    ("train: {learning_rat: 0.1}\n", "train.learning_rat", "unknown setting 'learning_rat'"),
+    ("train: {epochs: 0}\n", "train.epochs", "at least 1"),
+    ("train: {output: x}\n", "train.output", "set by the experiment"),
+    ("train: {seed: 3}\n", "train.seed", "the grid's seeds"),
+    ("eval: {batch_sise: 8}\n", "eval.batch_sise", "unknown setting 'batch_sise'"),
+    ("eval: {device: gpu}\n", "eval.device", "cpu, cuda or cuda:N"),
+    ("data_sizes: [100, some]\n", "data_sizes[1]", "positive number of pairs or 'all'"),
+    ("data_sizes: [0]\n", "data_sizes[0]", "positive number"),
+    ("seeds: [-1]\n", "seeds[0]", "integer >= 0"),
+    ("gpus_per_cell: many\n", "gpus_per_cell", "number >= 0"),
+]
+
+
+@pytest.mark.parametrize("extra, key, words", BAD_GRIDS, ids=[k for _, k, _ in BAD_GRIDS])
+def test_a_bad_grid_key_is_one_line_naming_file_and_key(workdir, tmp_path, extra, key, words):
+    path = write_grid(tmp_path, "bad.yaml", f"benchmarks: [{workdir / 'open.jsonl'}]\nbase_models: [tiny]\n"
+                      f"datasets: [{{name: x, path: {workdir / 'open.jsonl'}}}]\n" + extra)
+    with pytest.raises(CheemsInputError) as e:
+        read_grid(path)
+    assert str(e.value).startswith(f"{path}: {key}: ") and words in str(e.value)
+
+
+def test_bad_datasets_are_refused_when_read(workdir, tmp_path):
+    head = f"benchmarks: [{workdir / 'open.jsonl'}]\nbase_models: [tiny]\n"
+    cases = [("datasets: [{name: x, path: nothing.jsonl}]\n", "datasets[0].path[0]", "no such file"),
+             ("datasets: [{name: x, path: " + str(workdir / "open.jsonl") + ", curate: [shuffle]}]\n",
+              "datasets[0].curate[0]", "unknown curation step 'shuffle'"),
+             ("datasets: [{name: no-such-catalogue-set}]\n", "datasets[0].name", "no catalogue name"),
+             ("datasets: [{name: x, path: " + str(workdir / "open.jsonl") + ", size: 3}]\n", "datasets[0].size",
+              "unknown key 'size'"),
+             ("datasets: [{name: x, path: a.jsonl}, {name: x, path: a.jsonl}]\n", "datasets[1]", "also datasets[0]")]
+    (tmp_path / "a.jsonl").write_text("", encoding="utf-8")
+    for body, key, words in cases:
+        path = write_grid(tmp_path, "bad.yaml", head + body)
+        with pytest.raises(CheemsInputError) as e:
+            read_grid(path)
+        assert str(e.value).startswith(f"{path}: {key}: ") and words in str(e.value), str(e.value)
+
+
+def test_the_cli_prints_a_bad_grid_as_one_line(workdir, tmp_path):
+    write_grid(tmp_path, "bad.yaml", "benchmarks: [x.jsonl]\nbase_models: [tiny]\ndatasets: [hh-rlhf-cn]\n")
+    r = experiment(tmp_path, "run", "bad.yaml", "-o", "out")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "bad.yaml: benchmarks[0]: no such file" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_relative_paths_are_read_against_the_grid_files_folder(workdir, tmp_path):
+    sub = tmp_path / "grids"
+    sub.mkdir()
+    shutil.copy(workdir / "open.jsonl", tmp_path / "open.jsonl")
+    grid = read_grid(write_grid(sub, "g.yaml", "benchmarks: [../open.jsonl]\nbase_models: "
+                                "[{path: ../tiny, name: t, variant: instruct, parameters: 5}, Qwen/Qwen2.5-0.5B]\n"
+                                "datasets: [{name: a, path: ../open.jsonl}]\n"))
+    assert grid.benchmarks == [str(tmp_path / "open.jsonl")]
+    assert grid.datasets[0].files == (str(tmp_path / "open.jsonl"),)
+    assert [(m.path, m.name, m.variant, m.parameters) for m in grid.base_models] == \
+        [(str(tmp_path / "tiny"), "t", "instruct", 5), ("Qwen/Qwen2.5-0.5B", "Qwen2.5-0.5B", None, None)]
+    assert grid.data_sizes == ["all"] and grid.seeds == [0]
+
+
+# ----------------------------------------------------------------------------- sampling and ids
+
+def test_sampling_by_prompt_takes_whole_prompts_up_to_n_pairs_with_the_seed(workdir):
+    prompts = read_prompts(workdir / "open.jsonl").prompts
+    pairs_of = {p.id: len(pairs) for _, p, pairs in training_pairs(prompts)[0]}
+    total = sum(pairs_of.values())
+    for size in (1, 9, 25, 60, total - 1):
+        sampled, count, available = sample_by_prompt(prompts, size, seed=3)
+        assert available == total and count == sum(pairs_of[p.id] for p in sampled) <= size
+        # greedy: no prompt left out would still fit under the limit, unless it came after count reached size
+        left = [n for pid, n in pairs_of.items() if pid not in {p.id for p in sampled}]
+        assert count == size or all(count + n > size for n in left)
+        assert sample_by_prompt(prompts, size, seed=3)[0] == sampled
+    assert {p.id for p in sample_by_prompt(prompts, 30, seed=1)[0]} != \
+        {p.id for p in sample_by_prompt(prompts, 30, seed=2)[0]}
+    assert sample_by_prompt(prompts, "all", seed=0) == (prompts, total, total)
+    assert sample_by_prompt(prompts, total + 100, seed=0)[1] == total
+
+
+def test_a_size_over_the_data_is_one_warning(workdir, tmp_path):
+    from cheems.experiments.prepare import prepare_cell_data
+
+    notes: list[str] = []
+    pairs = prepare_cell_data([workdir / "open.jsonl"], (), 100000, 0, tmp_path / "train.jsonl", notify=notes.append)
+    assert len(notes) == 1 and "100000 training pairs asked for" in notes[0] and f"holds {pairs}" in notes[0]
+    assert len(read_prompts(tmp_path / "train.jsonl").prompts) == 24
+
+
+def test_cell_ids_are_safe_file_names():
+    assert cell_id("hh-rlhf-cn", "tiny", 1000, 0) == "hh-rlhf-cn__tiny__1000__s0"
+    assert cell_id("hf:org/data set", "Qwen/Qwen2.5 0.5B", "all", 2) == "hf-org-data-set__Qwen-Qwen2.5-0.5B__all__s2"
+
+
+# ----------------------------------------------------------------------------- Ray
+
+@pytest.mark.ray
+def test_a_cell_runs_as_a_ray_task(workdir, tmp_path):
+    pytest.importorskip("ray")
+    write_grid(tmp_path, "grid.yaml", f"benchmarks: [{workdir / 'open.jsonl'}]\n"
+               f"base_models: [{workdir / 'tiny'}]\n"
+               f"datasets: [{{name: open-train, path: {workdir / 'open.jsonl'}}}]\n"
+               "data_sizes: [10]\ngpus_per_cell: 0\n" + TRAIN)
+    r = experiment(tmp_path, "run", "grid.yaml", "-o", "out", "--ray", "local")
+    assert r.returncode == 0, r.stderr
+    (row,) = results(tmp_path / "out")
+    assert row["cell"] == "open-train__tiny__10__s0" and 0 < row["pairs"] <= 10
+    assert (tmp_path / "out" / row["folder"] / "model" / "model.safetensors").exists()
+    assert json.loads((tmp_path / "out" / row["folder"] / "eval.json").read_text(encoding="utf-8")) == row["eval"]
