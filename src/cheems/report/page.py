@@ -8,7 +8,9 @@ Inputs are told apart by their content (their ``"kind"`` key, or their shape):
 - ``bon``: ``cheems bon --json``; ``compare``: ``cheems compare --json``; ``correlate``: ``cheems correlate --json``;
 - ``curate``: the ``OUT.report.json`` of a ``cheems curate`` stage (a ``"stage"`` key);
 - ``bias``: ``cheems analyze bias --json`` (group name -> `cheems.curation.bias.bias_table`);
-- ``train_log``: a training run's ``train_log.jsonl`` (one JSON object with an integer ``step`` per line).
+- ``train_log``: a training run's ``train_log.jsonl`` (one JSON object with an integer ``step`` per line);
+- ``experiment``: an experiment folder of ``cheems experiment run`` (its ``results.jsonl``): the study's tables
+  in the shape of the paper's Tables 3 and 4 and its scaling plots, Figures 6 and 7 (`cheems.report.study`).
 
 The page shows a leaderboard in the shape of the paper's Table 2 (discriminative and generative reward models,
 Acc./Exact per subset, Overall with its CI; sortable by clicking a header), per-category accuracy (Figure 4),

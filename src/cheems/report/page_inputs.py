@@ -1,6 +1,9 @@
 """The report page's inputs: reading each result file, telling its kind (one of `KINDS`) from its content,
 checking once that it carries what the sections read, and labelling it.
 
+A folder is an experiment folder (``experiment``: it holds the ``results.jsonl`` of `cheems experiment run`),
+read and tabled by `cheems.report.study.read_study`.
+
 A file is one JSON document or JSON Lines (a training log; a last line cut short by a kill is dropped). Its kind
 is its ``"kind"`` key, or else its shape (`classify`); `REQUIRED` lists the keys each kind must carry. A file that
 cannot be read, is not JSON, is no known result or lacks a required key is one CheemsInputError naming it (and
@@ -19,7 +22,7 @@ from cheems.report.page_content import Source
 __all__ = ["KINDS", "NUMBER_OR_NULL", "REQUIRED", "classify", "compare_side", "data_labels", "label_sources",
            "read_result"]
 
-KINDS = ("eval", "bon", "compare", "correlate", "curate", "bias", "train_log")
+KINDS = ("eval", "bon", "compare", "correlate", "curate", "bias", "train_log", "experiment")
 """The kinds of input the report reads."""
 
 
@@ -107,6 +110,7 @@ REQUIRED: dict[str, list[tuple[tuple, str]]] = {
     "curate": [(("stage",), "a string")],
     "bias": [],
     "train_log": [],
+    "experiment": [],  # checked line by line by cheems.experiments.results
 }
 """What a kind must carry (path, expected type) for the page to be drawn; the rest is optional."""
 
@@ -157,10 +161,21 @@ def read_result(path: str | Path, index: int = 0) -> Source:
     """Read one result file and tell its kind; a file that cannot be read, is not JSON / JSON Lines or is
     not a known result is one CheemsInputError naming it."""
     path = Path(path)
+    if path.is_dir():
+        return _read_experiment_folder(path, index)
     data = _load_json(path)
     kind = classify(data, path)
     _check_shape(kind, data, path)
     return Source(index, path, kind, data)
+
+
+def _read_experiment_folder(path: Path, index: int) -> Source:
+    from cheems.report.study import read_study
+
+    if not (path / "results.jsonl").exists():
+        raise CheemsInputError("is a folder without results.jsonl: expected a JSON result file or an experiment "
+                               "folder (cheems experiment run -o DIR)", file=str(path))
+    return Source(index, path, "experiment", read_study(path))
 
 
 def label_sources(sources: list[Source]) -> None:
@@ -173,6 +188,8 @@ def label_sources(sources: list[Source]) -> None:
             name = f"{compare_side(s, 'a')} vs {compare_side(s, 'b')}"
         elif s.kind == "curate":
             name = f"{d['stage']}: {s.path.name}"
+        elif s.kind == "experiment":
+            name = s.path.resolve().name
         s.label = str(name) if isinstance(name, str) and name else s.path.stem
     for attempt in (lambda s: f"{s.label} ({s.path.name})", lambda s: f"{s.label} #{s.index + 1}"):
         counts: dict[tuple[str, str], int] = {}
@@ -200,6 +217,8 @@ def data_labels(sources: list[Source]) -> list[str]:
             labels += list(d)
         elif s.kind == "correlate":
             labels += [m for m in d.get("downstream_metrics") or [] if isinstance(m, str)]
+        elif s.kind == "experiment":
+            labels += list(d["categories"])
     return [str(x) for x in labels]
 
 

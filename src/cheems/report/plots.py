@@ -11,13 +11,15 @@ from __future__ import annotations
 import io
 import math
 import re
+from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from cheems.curation.bias import cjk_font_rc
 from cheems.records import CheemsInputError
 
-__all__ = ["Drawing", "MAX_LINE_POINTS", "draw_bias_length", "draw_bon_curves", "draw_category_bars",
-           "draw_correlation_heatmap", "draw_training_curves", "figure_png", "figure_svg", "thin_points"]
+__all__ = ["Drawing", "MAX_LINE_POINTS", "ScalingLine", "draw_bias_length", "draw_bon_curves", "draw_category_bars",
+           "draw_correlation_heatmap", "draw_scaling", "draw_training_curves", "figure_png", "figure_svg",
+           "thin_points"]
 
 Drawing = Callable[["object"], None]
 """A function that draws into a matplotlib ``Figure``."""
@@ -196,4 +198,47 @@ def draw_training_curves(title: str, losses: dict[str, tuple[list, list]], evals
             axes[1].set_xlabel(step_label)
             axes[1].set_title(eval_label)
             axes[1].legend(fontsize="small")
+    return draw
+
+
+@dataclass
+class ScalingLine:
+    """One line of a scaling plot: ``points`` are ``(x, y, half-width or None)``; lines of one ``colour``
+    (an index into matplotlib's colour cycle) belong together, ``marker`` and ``dashed`` tell their kinds
+    apart (a pretrained and an instruct base model)."""
+
+    label: str
+    points: list[tuple]
+    colour: int = 0
+    marker: str = "o"
+    dashed: bool = False
+
+
+def draw_scaling(title: str, lines: list[ScalingLine], x_label: str, y_label: str, *, log_x: bool = True,
+                 ticks: list[tuple[float, str]] | None = None) -> Drawing:
+    """A scaling plot (paper Figures 6 and 7): y against x, one line per `ScalingLine`, with whiskers where a
+    point has a half-width; ``log_x``: a logarithmic x axis; ``ticks``: ``(x, label)`` of the x axis (else
+    matplotlib's)."""
+
+    def draw(fig) -> None:
+        ax = fig.add_subplot()
+        for line in lines:
+            pts = sorted((p for p in line.points if _finite(p[0]) and _finite(p[1])), key=lambda p: p[0])
+            if not pts:
+                continue
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            errors = [p[2] if _finite(p[2]) else 0.0 for p in pts]
+            ax.errorbar(xs, ys, yerr=errors if any(errors) else None, color=f"C{line.colour % 10}",
+                        marker=line.marker, linestyle="--" if line.dashed else "-", capsize=3, label=line.label)
+        if log_x:
+            ax.set_xscale("log")
+        if ticks:
+            ax.set_xticks([x for x, _ in ticks])
+            ax.set_xticklabels([label for _, label in ticks], rotation=20 if len(ticks) > 4 else 0)
+            ax.minorticks_off()
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(y_label)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, off the points
     return draw

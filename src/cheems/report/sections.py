@@ -1,7 +1,8 @@
 """The report page's sections: from the checked inputs of a `Report`, the paragraphs, tables (every number a `Num`
 with its source) and figures of each part of the page, in page order (`page_sections`).
 
-- evaluation: the inputs, the leaderboard in the shape of the paper's Table 2 (discriminative and generative reward
+- the inputs; a study (an experiment folder: the paper's Tables 3 and 4, Figures 6 and 7; `cheems.report.study`);
+- evaluation: the leaderboard in the shape of the paper's Table 2 (discriminative and generative reward
   models, Acc./Exact per subset, Overall with its CI), subsets in detail, accuracy by category (Figure 4), judge
   position consistency and the length diagnostic;
 - comparisons: the pairwise significance matrix and the compare details, best-of-n curves and correlation heat maps
@@ -21,6 +22,7 @@ from cheems.records import is_integer, is_number
 from cheems.report.page_content import (DASH, Block, Cell, Figure, Report, Section, Source, Table,
                                         bootstrap_p_format)
 from cheems.report.page_inputs import compare_side
+from cheems.report.study import study_section
 
 __all__ = ["COEFFICIENTS", "LOSS_KEYS", "MAX_CURATE_ROWS", "page_sections"]
 
@@ -30,8 +32,8 @@ MAX_CURATE_ROWS = 500
 
 def page_sections(report: Report) -> list[Section]:
     """The sections of the page of ``report``'s sources, in page order; those with nothing to show left out."""
-    builders = (_sources_section, _leaderboard_section, _subset_section, _category_section, _judge_section,
-                _length_section, _compare_section, _bon_section, _correlate_section, _bias_section,
+    builders = (_sources_section, study_section, _leaderboard_section, _subset_section, _category_section,
+                _judge_section, _length_section, _compare_section, _bon_section, _correlate_section, _bias_section,
                 _curate_section, _training_section)
     sections = []
     for build in builders:

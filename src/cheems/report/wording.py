@@ -162,13 +162,50 @@ WORDS: dict[str, tuple[str, str]] = {
     "evaluation": ("evaluation", "评测"),
     "last_step.caption": ("{label}: last step ({steps} steps logged)", "{label}：最后一步（共记录 {steps} 步）"),
     "evaluations.caption": ("{label}: evaluations during training", "{label}：训练中的评测"),
+    # study (an experiment folder)
+    "study": ("Study: datasets, data size and model size", "训练实验：数据集、数据量与模型规模"),
+    "study.note": ("Reward models trained on each dataset of the experiment {label} and evaluated on the "
+                   "benchmark (the paper's Tables 3 and 4): one table per base model and data size. With several "
+                   "seeds a figure is the mean over the seeds ± the half-width of its 95% t-interval. Overall: the "
+                   "mean over the subsets of (Acc. + Exact) / 2.",
+                   "在实验 {label} 的各数据集上训练奖励模型并在评测集上评测（同论文表 3、表 4）：每个基座模型与数据量一张表。"
+                   "有多个随机种子时，数值为各种子的平均 ± 95% t 区间的半宽。总分：各子集 (准确率 + 完全匹配) / 2 的平均。"),
+    "study.paper_note": ("Rows marked (paper) hold the figures published in the Cheems paper (Tables 3 and 4: reward "
+                         "models trained from {model} on the whole dataset), for comparison.",
+                         "标为（论文）的行是 Cheems 论文发表的结果（表 3、表 4：以 {model} 为基座、用完整数据集训练的奖励模型），"
+                         "供对照。"),
+    "study.notes": ("About these results: {notes}", "关于这些结果：{notes}"),
+    "study.dataset": ("Dataset", "数据集"),
+    "study.pairs": ("Training pairs", "训练回答对"),
+    "study.seeds": ("Seeds", "随机种子数"),
+    "study.paper_row": ("{name} (paper)", "{name}（论文）"),
+    "study.table": ("Base model {model}, data size {size}", "基座模型 {model}，数据量 {size}"),
+    "study.size": ("{n} pairs", "{n} 对"),
+    "study.model": ("{model} ({facts})", "{model}（{facts}）"),
+    "study.and": (", ", "，"),
+    "study.all": ("all pairs", "全部回答对"),
+    "study.open": ("Open Prompt", "开放提示"),
+    "study.human": ("Human Instruction", "人工指令"),
+    "study.pretrained": ("pretrained", "预训练"),
+    "study.instruct": ("instruct", "指令微调"),
+    "study.line": ("{subset} ({variant})", "{subset}（{variant}）"),
+    "study.data_scaling": ("Fig. 6: accuracy by training pairs: {dataset}, {model}",
+                           "图 6：准确率与训练回答对数：{dataset}，{model}"),
+    "study.model_scaling": ("Fig. 7: accuracy by model size: {dataset}, {size}", "图 7：准确率与模型规模：{dataset}，{size}"),
+    "study.pairs_axis": ("training pairs (log scale)", "训练回答对数（对数坐标）"),
+    "study.params_axis": ("base model parameters (log scale)", "基座模型参数量（对数坐标）"),
+    "study.models_axis": ("base model", "基座模型"),
+    "study.unplaced": ("{models}: no parameter count, so the base models of this figure stand on an evenly spaced "
+                       "axis: those with a count by size, then the others by name.",
+                       "{models}：没有参数量，因此本图的基座模型按等间距排列：有参数量的按大小，其余按名称。"),
 }
 """Key -> (English, Chinese)."""
 
 KIND_NAMES = {"eval": ("evaluation", "评测结果"), "bon": ("best-of-n", "best-of-n 结果"),
               "compare": ("paired comparison", "配对比较"), "correlate": ("correlation", "相关性"),
               "curate": ("curation stage", "数据构建阶段"), "bias": ("annotator bias", "标注者偏差"),
-              "train_log": ("training log", "训练日志")}
+              "train_log": ("training log", "训练日志"),
+              "experiment": ("experiment folder", "实验文件夹")}
 """What each kind of input holds, in words: kind -> (English, Chinese)."""
 
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
