@@ -41,6 +41,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench_curate_judge.py
 	$(BIN)/python benchmarks/bench_distant_supervision.py
 	$(BIN)/python benchmarks/bench_big_prompt.py
+	$(BIN)/python benchmarks/bench_catalog.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

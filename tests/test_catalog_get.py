@@ -201,3 +201,7 @@ def test_every_entry_is_documented():
 
 def test_file_names_with_colons_or_ats_are_files():
     assert parse_spec("runs/data@2024.jsonl") is None and parse_spec("open:v2.jsonl") is None
+
+
+def test_sizes_fit_the_list():
+    assert all(len(e.size) <= 24 for e in CATALOG.values()), [e.size for e in CATALOG.values() if len(e.size) > 24]

@@ -347,3 +347,43 @@ def test_a_cell_runs_as_a_ray_task(workdir, tmp_path):
     assert row["cell"] == "open-train__tiny__10__s0" and 0 < row["pairs"] <= 10
     assert (tmp_path / "out" / row["folder"] / "model" / "model.safetensors").exists()
     assert json.loads((tmp_path / "out" / row["folder"] / "eval.json").read_text(encoding="utf-8")) == row["eval"]
+
+
+# ----------------------------------------------------------------------------- cells under accelerate launch
+
+def test_a_launched_cell_trains_on_two_processes_and_matches_a_fresh_eval(workdir):
+    ddp = Path(__file__).resolve().parents[1] / "configs" / "accelerate" / "ddp.yaml"
+    body = ("benchmarks: [open.jsonl]\nbase_models: [tiny]\ndatasets:\n  - {name: open-train, path: open.jsonl}\n"
+            "data_sizes: [40]\n" + TRAIN + f"launch: {{config: {ddp}, processes: 2}}\n")
+    write_grid(workdir, "launched.yaml", body)
+    r = experiment(workdir, "run", "launched.yaml", "-o", "launched-out")
+    assert r.returncode == 0, r.stderr
+    (row,) = results(workdir / "launched-out")
+    cell = workdir / "launched-out" / row["folder"]
+    summary = json.loads((cell / "model" / "train_summary.json").read_text(encoding="utf-8"))
+    assert summary["processes"] == 2 and "accelerate.commands.launch" in (cell / "train.log").read_text()
+    fresh = run_cli_in(workdir, "eval", "open.jsonl", "--model", cell / "model", "--json", "launched.json")
+    assert fresh.returncode == 0, fresh.stderr
+    assert json.loads((workdir / "launched.json").read_text(encoding="utf-8"))["overall"] == row["eval"]["overall"]
+
+
+def test_a_launch_section_is_checked(workdir):
+    body = ("benchmarks: [open.jsonl]\nbase_models: [tiny]\ndatasets:\n  - {name: d, path: open.jsonl}\n"
+            "launch: {config: nowhere.yaml, processes: 0}\n")
+    write_grid(workdir, "bad-launch.yaml", body)
+    r = experiment(workdir, "run", "bad-launch.yaml", "-o", "bad-launch-out")
+    assert r.returncode == 2 and "launch.config: no such file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_table3_recipe_reads_and_is_the_one_the_docs_show():
+    root = Path(__file__).resolve().parents[1]
+    recipe = root / "examples" / "experiments" / "table3.yaml"
+    grid = read_grid(recipe)
+    assert tuple(d.name for d in grid.datasets) == PAPER_TABLE3_ORDER
+    assert grid.train["learning_rate"] == 5.0e-6 and grid.train["max_length"] == 2048
+    assert grid.launch["processes"] == 32 and Path(grid.launch["config"]).is_file()
+    assert recipe.read_text(encoding="utf-8") in (root / "docs" / "experiments.md").read_text(encoding="utf-8")
+
+
+PAPER_TABLE3_ORDER = ("hh-rlhf-cn", "huozi", "kyara", "zhihu", "chatbot-arena", "hh-rlhf", "math-preference", "nectar",
+                      "pku-saferlhf", "skywork", "math-stack-exchange", "ultrafeedback", "helpsteer2")

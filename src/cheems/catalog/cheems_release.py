@@ -86,7 +86,7 @@ def _flatten_annotations(row: dict) -> dict:
 
 CHEEMS_BENCH = Entry(
     name="cheemsbench", title="CheemsBench", hub_id=CHEEMS_REPOSITORY, language="zh", licence=LICENCE,
-    size="~2.5k prompts, ~5 ranked responses each (open 9.3 MB, human 11.5 MB)", convert=convert_bench,
+    size="~2.5k prompts x ~5", convert=convert_bench,
     columns=("input", "responses", "rank", "category"),
     description="The Cheems benchmark: Chinese prompts with several responses ranked by human triple-wise "
                 "annotation (ties kept). Split `open` (open-source prompts, the default) or `--split human` "
@@ -99,7 +99,7 @@ CHEEMS_BENCH = Entry(
 
 CHEEMS_PREFERENCE = Entry(
     name="cheems-preference", title="CheemsPreference", hub_id=CHEEMS_REPOSITORY, language="zh", licence=LICENCE,
-    size="365 MB of Chinese preference rows", convert=convert_preference,
+    size="365 MB", convert=convert_preference,
     columns=("input", "responses", "annotations"),
     description="The Cheems training set: Chinese prompts with responses and preference annotations "
                 "(official rows with responses and annotations, or pairwise rows answer1/answer2/preference).",

@@ -227,7 +227,7 @@ def convert_coig_p(row: dict, index: int, conv: Conversion) -> Iterable[Prompt]:
 ENTRIES: list[Entry] = [
     Entry(
         name="hh-rlhf-cn", title="HH-RLHF-cn", hub_id="beyond/rlhf-reward-single-round-trans_chinese",
-        language="zh", licence="none stated on the dataset card", size="~24.9k pairs (19,862 train, 4,996 test)",
+        language="zh", licence="none stated on the dataset card", size="~24.9k pairs",
         convert=convert_hh_rlhf_cn, columns=_HH_RLHF_CN, splits=("train", "test"),
         description="Single-turn HH-RLHF pairs machine-translated into Chinese: prompt, chosen and rejected "
                     "texts. dikw/hh_rlhf_cn is another translation with another schema (context turns and "
@@ -253,7 +253,7 @@ ENTRIES: list[Entry] = [
                     "the csv builder with a tab separator); the larger zhihu_26k_rlfh.csv beside it is not read."),
     Entry(
         name="dpo-en-zh", title="DPO-En-Zh-20k (zh)", hub_id="llamafactory/DPO-En-Zh-20k", language="zh",
-        licence="apache-2.0", size="10k pairs (the zh config)", convert=convert_dpo_en_zh, columns=_SHAREGPT,
+        licence="apache-2.0", size="~10k pairs (zh)", convert=convert_dpo_en_zh, columns=_SHAREGPT,
         configs=("zh",), config="zh",
         description="The Chinese half of LLaMA-Factory's DPO mix (from wenbopan/Chinese-dpo-pairs), in ShareGPT "
                     "layout: conversations as chat messages, chosen and rejected {from, value} turns."),

@@ -237,7 +237,7 @@ def convert_skywork(row: dict, index: int, conv: Conversion) -> Iterator[Prompt]
 ENTRIES: list[Entry] = [
     Entry(
         name="hh-rlhf", title="HH-RLHF", hub_id="Anthropic/hh-rlhf", language="en", licence="MIT",
-        size="~161k pairs (train), ~8.6k (test)", convert=convert_hh_rlhf, columns=HH_COLUMNS,
+        size="~170k pairs", convert=convert_hh_rlhf, columns=HH_COLUMNS,
         description="Anthropic's helpful and harmless dialogues: two whole transcripts per row, the "
                     "preferred one and the other. Configs are the repository's folders (read with "
                     "data_dir); without one, every folder's files are read. red-team-attempts holds "
@@ -262,12 +262,12 @@ ENTRIES: list[Entry] = [
     Entry(
         name="nectar", title="Nectar", hub_id="berkeley-nest/Nectar", language="en",
         licence="Apache-2.0, on condition that it is not used to compete with OpenAI",
-        size="~183k prompts x 7 ranked answers", convert=convert_nectar, columns=NECTAR_COLUMNS,
+        size="~183k prompts x 7", convert=convert_nectar, columns=NECTAR_COLUMNS,
         description="Chat prompts from several sources, each with seven answers from different models "
                     "ranked by GPT-4 (7-wise); every answer kept with its rank."),
     Entry(
         name="pku-saferlhf", title="PKU-SafeRLHF", hub_id="PKU-Alignment/PKU-SafeRLHF", language="en",
-        licence="CC-BY-NC-4.0", size="~83k pairs (train ~74k, test ~8k)", convert=convert_pku_saferlhf,
+        licence="CC-BY-NC-4.0", size="~83k pairs", convert=convert_pku_saferlhf,
         columns=PKU_COLUMNS,
         description="Safety preference pairs with two judgements each, helpfulness (better) and "
                     "harmlessness (safer); the axis option picks one. Configs are the answering models "

@@ -243,7 +243,7 @@ def convert_helpsteer2_preference(row: dict, index: int, conv: Conversion) -> It
 ENTRIES: list[Entry] = [
     Entry(
         name="math-stack-exchange", title="MathStackExchange", hub_id="HuggingFaceH4/stack-exchange-preferences",
-        language="en", licence="cc-by-sa-4.0", size="the math.stackexchange.com part of ~10.7M questions",
+        language="en", licence="cc-by-sa-4.0", size="math part of ~10.7M",
         convert=convert_stack_exchange, columns=("qid", "question", "answers", "metadata"),
         description="Math Stack Exchange questions with two or more answers, ranked by vote score "
                     "(log2(1 + upvotes), +1 when accepted); HTML read as plain text, LaTeX kept.",
@@ -251,7 +251,7 @@ ENTRIES: list[Entry] = [
         streaming=True, keep=is_math_question),
     Entry(
         name="ultrafeedback", title="UltraFeedback", hub_id="HuggingFaceH4/ultrafeedback_binarized",
-        language="en", licence="mit", size="~61k pairs (train_prefs) + 2k (test_prefs)",
+        language="en", licence="mit", size="~63k pairs",
         convert=convert_ultrafeedback,
         columns=("prompt_id", "chosen", "rejected", "score_chosen", "score_rejected"),
         description="UltraFeedback binarized: the best-scored of four completions against one of the "
@@ -259,7 +259,7 @@ ENTRIES: list[Entry] = [
         splits=("train_prefs", "test_prefs"), split="train_prefs"),
     Entry(
         name="ultrafeedback-raw", title="UltraFeedback (raw)", hub_id="openbmb/UltraFeedback",
-        language="en", licence="mit", size="~64k prompts, ~256k completions",
+        language="en", licence="mit", size="~64k prompts x 4",
         convert=convert_ultrafeedback_raw, columns=("source", "instruction", "completions"),
         description="UltraFeedback as published: four completions per instruction ranked by GPT-4's "
                     "score, ties kept; category is the instruction's source.",
@@ -268,7 +268,7 @@ ENTRIES: list[Entry] = [
                            "(the mean of the four aspect ratings)")),
     Entry(
         name="helpsteer2", title="HelpSteer2", hub_id="nvidia/HelpSteer2",
-        language="en", licence="cc-by-4.0", size="~10.7k prompts x 2 responses",
+        language="en", licence="cc-by-4.0", size="~10.7k prompts x 2",
         convert=HelpSteer2Rankings(), columns=("prompt", "response", *HELPSTEER2_ATTRIBUTES),
         description="HelpSteer2: two responses per prompt rated 0-4 on five attributes, ranked by the "
                     "chosen attribute; equal ratings tie.",

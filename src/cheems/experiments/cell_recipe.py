@@ -22,9 +22,14 @@ from cheems.experiments.folder import (DATA_FILE, EVAL_FILE, EVAL_ITEMS_FILE, MO
 from cheems.experiments.prepare import prepare_cell_data
 from cheems.io import files_fingerprint
 
-__all__ = ["CellPlan", "count_parameters", "run_cell"]
+__all__ = ["CellPlan", "LAUNCH_LOG", "LAUNCH_TRAIN_CONFIG", "count_parameters", "run_cell"]
 
 Notify = Callable[[str], None]
+
+LAUNCH_TRAIN_CONFIG = "train.yaml"
+"""The cell's `cheems train --config` file when it trains under ``accelerate launch``."""
+LAUNCH_LOG = "train.log"
+"""What the launched training printed, appended run after run."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,7 @@ class CellPlan:
     benchmarks: list[str]
     settings: dict = field(repr=False)
     fingerprint: str = ""
+    launch: dict | None = None  # train under `accelerate launch` (the grid's launch section)
 
 
 def run_cell(plan: CellPlan, report: Callable[..., None] | None = None, notify: Notify | None = None) -> dict:
@@ -92,9 +98,45 @@ def _train(plan: CellPlan, folder: Path, report: Callable[..., None], notify: No
 
     output = folder / MODEL_DIR
     resume = output.is_dir() and bool(list_checkpoints(output) or (output / SUMMARY_FILE).exists())
-    config = TrainConfig(model=plan.base_model, train=[str(folder / DATA_FILE)], output=str(output), eval=[],
-                         resume=resume, seed=plan.seed, **plan.train)
+    fields = dict(model=plan.base_model, train=[str(folder / DATA_FILE)], output=str(output), eval=[],
+                  resume=resume, seed=plan.seed, **plan.train)
+    if plan.launch is not None:
+        return _train_launched(plan, folder, fields)
+    config = TrainConfig(**fields)
     return train(config, progress=lambda step, total, stats: report("train", step, total), notify=notify)
+
+
+def _train_launched(plan: CellPlan, folder: Path, fields: dict) -> dict:
+    """The cell's training as ``accelerate launch --config_file C [--num_processes N] -m
+    cheems.cli train --config cells/<id>/train.yaml``, its output appended to
+    ``cells/<id>/train.log``; the trainer's summary file is its result."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from cheems.io import atomic_open
+    from cheems.records import CheemsInputError
+    from cheems.training.output_folder import SUMMARY_FILE
+
+    config_file, log_file = folder / LAUNCH_TRAIN_CONFIG, folder / LAUNCH_LOG
+    with atomic_open(config_file) as f:
+        f.write(yaml.safe_dump(fields, allow_unicode=True, sort_keys=True).encode("utf-8"))
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", plan.launch["config"]]
+    if plan.launch.get("processes"):
+        command += ["--num_processes", str(plan.launch["processes"])]
+    command += ["-m", "cheems.cli", "train", "--config", str(config_file)]
+    with open(log_file, "a", encoding="utf-8") as log:
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder).returncode
+    if code != 0:
+        lines = [line for line in log_file.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        last = next((line for line in reversed(lines) if line.startswith("error:")), lines[-1] if lines else "")
+        raise CheemsInputError(f"cell {plan.cell}: training under accelerate launch exited {code}: {last.strip()} "
+                               f"(the whole output: {log_file})")
+    return json.loads((Path(fields["output"]) / SUMMARY_FILE).read_text(encoding="utf-8"))
 
 
 def _evaluate(plan: CellPlan, folder: Path) -> dict:

@@ -69,8 +69,11 @@ def shared_settings(grid: Grid, benchmark_fingerprints: dict[str, str]) -> dict:
     """The settings every cell shares: training (without the settings a resumed run may change),
     scoring, and the benchmarks (name -> fingerprint of its bytes)."""
     train = {k: v for k, v in train_settings(grid.train).items() if k not in RESUMABLE_CHANGES}
-    return {"train": train, "eval": dataclasses.asdict(grid.model_settings()),
-            "benchmarks": dict(benchmark_fingerprints)}
+    shared = {"train": train, "eval": dataclasses.asdict(grid.model_settings()),
+              "benchmarks": dict(benchmark_fingerprints)}
+    if grid.launch is not None:  # the processes multiply the global batch; the config file may move
+        shared["launch_processes"] = grid.launch.get("processes")
+    return shared
 
 
 def cell_settings(cell: Cell, shared: dict, data_fingerprint: str) -> dict:

@@ -35,7 +35,7 @@ CURATION_STEPS = ("debias", "filter")
 filters of :func:`cheems.curation.filters.filter_prompts` with their default settings."""
 
 VARIANTS = ("pretrained", "instruct")
-GRID_KEYS = ("benchmarks", "base_models", "datasets", "data_sizes", "seeds", "train", "eval", "gpus_per_cell")
+GRID_KEYS = ("benchmarks", "base_models", "datasets", "data_sizes", "seeds", "train", "eval", "gpus_per_cell", "launch")
 SET_BY_EXPERIMENT = ("model", "train", "output", "eval", "resume", "seed")
 """TrainConfig fields the experiment sets for each cell (``seed`` is the cell's seed, from ``seeds:``);
 a ``train:`` section may not."""
@@ -79,6 +79,7 @@ class Grid:
     train: dict = field(default_factory=dict)
     eval: dict = field(default_factory=dict)
     gpus_per_cell: float | None = None
+    launch: dict | None = None  # {"config": accelerate config file (absolute), "processes": int | None}
 
     def model_settings(self) -> ModelSettings:
         return ModelSettings(**self.eval)
@@ -89,7 +90,8 @@ class Grid:
                 "base_models": [dataclasses.asdict(m) for m in self.base_models],
                 "datasets": [{"name": d.name, "path": list(d.files), "curate": list(d.curate)} for d in self.datasets],
                 "data_sizes": list(self.data_sizes), "seeds": list(self.seeds), "train": dict(self.train),
-                "eval": dict(self.eval), "gpus_per_cell": self.gpus_per_cell}
+                "eval": dict(self.eval), "gpus_per_cell": self.gpus_per_cell,
+                "launch": dict(self.launch) if self.launch else None}
 
 
 def train_settings(section: dict) -> dict:
@@ -121,7 +123,8 @@ def read_grid(path: str | os.PathLike) -> Grid:
                 seeds=_seeds(data.get("seeds", [0]), file),
                 train=_train_section(data.get("train") or {}, file),
                 eval=_eval_section(data.get("eval") or {}, file),
-                gpus_per_cell=_gpus(data.get("gpus_per_cell"), file))
+                gpus_per_cell=_gpus(data.get("gpus_per_cell"), file),
+                launch=_launch(data.get("launch"), base, file))
 
 
 # ----------------------------------------------------------------------------- the parts
@@ -287,3 +290,27 @@ def _gpus(value: Any, file: str) -> float | None:
     if value is not None and (isinstance(value, bool) or not is_number(value) or value < 0):
         raise CheemsInputError(f"must be a number >= 0, got {value!r}", file=file, field="gpus_per_cell")
     return value
+
+
+_LAUNCH_KEYS = ("config", "processes")
+
+
+def _launch(value: Any, base: Path, file: str) -> dict | None:
+    """``launch: {config: ACCELERATE_CONFIG, processes: N}``: each cell trains under
+    ``accelerate launch`` (several GPUs, DeepSpeed, FSDP) instead of in this process."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise CheemsInputError("must be a mapping {config: FILE, processes: N}", file=file, field="launch")
+    _known_keys(value, _LAUNCH_KEYS, file, "launch")
+    config = value.get("config")
+    if not isinstance(config, str) or not config.strip():
+        raise CheemsInputError("must name an accelerate config file (configs/accelerate/)", file=file,
+                               field="launch.config")
+    path = _path(config, base)
+    if not Path(path).is_file():
+        raise CheemsInputError(f"no such file: {path}", file=file, field="launch.config")
+    processes = value.get("processes")
+    if processes is not None and (not is_integer(processes) or processes < 1):
+        raise CheemsInputError(f"must be an integer >= 1, got {processes!r}", file=file, field="launch.processes")
+    return {"config": path, "processes": processes}

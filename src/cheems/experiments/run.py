@@ -65,7 +65,7 @@ def plan_cells(grid: Grid, out_dir: str | os.PathLike, notify: Notify | None = N
         plans.append(CellPlan(c.id, str(cell_folder(out_dir, c.id)), c.dataset.name,
                               [str(f) for f in files[c.dataset.name]], c.dataset.curate, c.model.path, c.model.name,
                               c.model.variant, c.model.parameters, c.size, c.seed, dict(grid.train), dict(grid.eval),
-                              [str(b) for b in benchmarks], settings, settings_fingerprint(settings)))
+                              [str(b) for b in benchmarks], settings, settings_fingerprint(settings), grid.launch))
     return plans, shared
 
 

@@ -171,8 +171,10 @@ def table_caption(table: dict) -> str:
 
 
 def parameter_count(parameters: int) -> str:
-    """A parameter count as read aloud: ``494M``, ``1.54B``."""
-    return f"{parameters / 1e9:.2f}B" if parameters >= 1e9 else f"{parameters / 1e6:.0f}M"
+    """A parameter count as read aloud: ``494M``, ``1.54B``, ``0.41M`` (a tiny test model)."""
+    if parameters >= 1e9:
+        return f"{parameters / 1e9:.2f}B"
+    return f"{parameters / 1e6:.0f}M" if parameters >= 1e7 else f"{parameters / 1e6:.2g}M"
 
 
 def _parameters_text(parameters: int | None) -> str | None:
