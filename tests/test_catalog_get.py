@@ -205,3 +205,12 @@ def test_file_names_with_colons_or_ats_are_files():
 
 def test_sizes_fit_the_list():
     assert all(len(e.size) <= 24 for e in CATALOG.values()), [e.size for e in CATALOG.values() if len(e.size) > 24]
+
+
+def test_train_takes_names_for_its_data(mirror: Path, run_cli, tmp_path: Path, cli_tiny_model: Path):
+    r = run_cli("train", "--model", cli_tiny_model, "--train", "hf:team/pairs", "--eval", "hh-rlhf:harmless-base@test",
+                "--epochs", "1", "--learning-rate", "1e-3", "--gradient-accumulation", "1", "-o", "rm")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "rm" / "train_summary.json").read_text(encoding="utf-8"))
+    assert summary["pairs"] == 2  # the two rows of team/pairs
+    assert summary["eval"]["accuracy"] * 3 in (0, 1, 2, 3)  # the three HH pairs, each right or wrong

@@ -23,8 +23,8 @@ from cheems.records import CheemsInputError
 
 __all__ = ["MAX_JSON_DEPTH", "STORAGE_FAILURES", "WRITE_ERRORS", "ResumableJsonl", "atomic_open", "check_input_file",
            "check_output_folder", "check_outputs", "files_fingerprint", "gc_paused", "glob_escape",
-           "json_value_problem", "outputs_together", "process_alive", "read_yaml_mapping", "remove_stale_temps",
-           "same_file", "sidecar", "storage_failure", "temp_name", "write_error", "write_json", "write_jsonl",
+           "json_value_problem", "outputs_together", "process_alive", "read_text_file", "read_yaml_mapping",
+           "remove_stale_temps", "same_file", "sidecar", "storage_failure", "temp_name", "write_error", "write_json", "write_jsonl",
            "writes_into"]
 
 WRITE_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG, errno.EIO,
@@ -70,6 +70,20 @@ def check_input_file(path: str | os.PathLike) -> None:
     if not stat.S_ISREG(mode):
         raise CheemsInputError("is not a regular file (a pipe, device or socket); save the data to a file "
                                "and give that", file=name)
+
+
+def read_text_file(path: str | os.PathLike, *, expected: str = "a text file") -> str:
+    """The UTF-8 text of ``path``. A folder, a file that cannot be read, or bytes that are not
+    UTF-8 are one CheemsInputError naming it (``expected``: what the file should be)."""
+    name = str(path)
+    try:
+        return Path(path).read_bytes().decode("utf-8")
+    except IsADirectoryError:
+        raise CheemsInputError(f"is a folder, expected {expected}", file=name) from None
+    except OSError as e:
+        raise CheemsInputError(f"cannot read: {e.strerror or e}", file=name) from None
+    except UnicodeDecodeError:
+        raise CheemsInputError(f"is not UTF-8 text: expected {expected}", file=name) from None
 
 
 MAX_JSON_DEPTH = 100

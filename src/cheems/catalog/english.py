@@ -10,13 +10,12 @@ every read. A row the converter cannot read raises CheemsInputError naming the f
 
 from __future__ import annotations
 
-import re
 from typing import Any, Iterator
 
 from cheems.catalog.entry import (Conversion, Entry, Option, need_columns, pair_prompt, scored_prompt,
                                   text_value)
 from cheems.formats.fields import chat_messages, conversation_prompt
-from cheems.formats.transcripts import parse_hh_rlhf, parse_trl
+from cheems.formats.transcripts import parse_hh_rlhf, parse_trl, transcript_turns
 from cheems.records import CheemsInputError, Prompt, PromptText, is_integer, is_number
 
 __all__ = ["ENTRIES", "PKU_AXIS", "convert_chatbot_arena", "convert_hh_rlhf", "convert_math_preference",
@@ -115,21 +114,14 @@ def convert_math_preference(row: dict, index: int, conv: Conversion) -> Iterator
 # ----------------------------------------------------------------------------- Nectar
 
 NECTAR_COLUMNS = ("prompt", "answers")
-_TURN = re.compile(r"\n\n(Human|Assistant):")
-_ROLES = {"Human": "user", "Assistant": "assistant"}
 
 
 def nectar_prompt(text: Any, field: str = "prompt") -> PromptText:
     """Nectar's prompt ``\\n\\nHuman: …\\n\\nAssistant: …\\n\\nHuman: …\\n\\nAssistant:``, a
     transcript that ends with the empty Assistant turn the answers fill: one Human turn as
     plain text, more as chat messages (earlier Assistant turns included)."""
-    if not isinstance(text, str):
-        raise CheemsInputError("missing or not a string", field=field)
-    parts = _TURN.split("\n\n" + text.lstrip())  # ["", "Human", " …", "Assistant", "", ...]
-    if parts[0].strip() or len(parts) < 5:
-        raise CheemsInputError("not a transcript '\\n\\nHuman: … \\n\\nAssistant:'", field=field)
-    turns = [{"role": _ROLES[parts[i]], "content": parts[i + 1].strip()} for i in range(1, len(parts), 2)]
-    if turns[-1]["role"] != "assistant" or turns[-1]["content"]:
+    turns = transcript_turns(text, field)
+    if turns[-1]["content"]:
         raise CheemsInputError("must end with the empty '\\n\\nAssistant:' turn the answers fill", field=field)
     messages = turns[:-1]
     if any(a["role"] == b["role"] for a, b in zip(messages, messages[1:])):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cheems.io import read_text_file
 from cheems.records import CheemsInputError, is_integer, is_number
 
 __all__ = ["CellResult", "Experiment", "RESULTS_FILE", "GRID_FILE", "group_cells", "read_experiment",
@@ -185,14 +186,9 @@ def read_results(path: str | Path, notes: list[str] | None = None) -> list[CellR
     the line and the field (see the module's rules)."""
     path = Path(path)
     notes = notes if notes is not None else []
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise CheemsInputError("not found: no cell of this experiment has finished yet", file=str(path)) from None
-    except OSError as e:
-        raise CheemsInputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise CheemsInputError("is not UTF-8 text", file=str(path)) from None
+    if not path.exists():
+        raise CheemsInputError("not found: no cell of this experiment has finished yet", file=str(path))
+    text = read_text_file(path, expected="the results of an experiment (JSON lines)")
     lines = text.split("\n")
     by_cell: dict[str, CellResult] = {}
     repeated: dict[str, list[int]] = {}

@@ -17,7 +17,7 @@ from cheems.formats.pairs import PAIR_CONSUMED, parse_pair
 from cheems.formats.spec import RowFormat
 from cheems.records import CheemsInputError, Prompt, Response, response_id
 
-__all__ = ["HH_RLHF", "TRL", "is_transcript", "parse_hh_rlhf", "parse_trl"]
+__all__ = ["HH_RLHF", "TRL", "is_transcript", "parse_hh_rlhf", "parse_trl", "transcript_turns"]
 
 _HH_TURN = re.compile(r"\n\n(Human|Assistant):")
 _HH_ROLES = {"Human": "user", "Assistant": "assistant"}
@@ -28,8 +28,9 @@ def is_transcript(text: str) -> bool:
     return text.lstrip().startswith("Human:") and "\n\nAssistant:" in text
 
 
-def _hh_turns(text: Any, field: str) -> list[dict]:
-    """The turns of an HH-RLHF transcript as messages; it must end with an Assistant turn."""
+def transcript_turns(text: Any, field: str) -> list[dict]:
+    """The turns of an HH-RLHF transcript as messages; it must end with an Assistant turn (its
+    content may be empty, as in prompts that leave the last turn to the answers)."""
     if not isinstance(text, str):
         raise CheemsInputError("missing or not a string", field=field)
     parts = _HH_TURN.split("\n\n" + text.lstrip())  # ["", "Human", " …", "Assistant", " …", ...]
@@ -44,7 +45,8 @@ def _hh_turns(text: Any, field: str) -> list[dict]:
 def parse_hh_rlhf(obj: dict) -> Prompt:
     """An HH-RLHF pair: the prompt is the conversation the two transcripts share before their
     last Assistant turn (messages; one Human turn is plain text), the responses those turns."""
-    chosen, rejected = _hh_turns(obj.get("chosen"), "chosen"), _hh_turns(obj.get("rejected"), "rejected")
+    chosen = transcript_turns(obj.get("chosen"), "chosen")
+    rejected = transcript_turns(obj.get("rejected"), "rejected")
     if chosen[:-1] != rejected[:-1]:
         raise CheemsInputError("the conversation before the last Assistant turn differs from chosen's: "
                                "a pair needs one shared prompt", field="rejected")

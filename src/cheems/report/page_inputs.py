@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from cheems.io import read_text_file
 from cheems.records import CheemsInputError, is_integer, is_number
 from cheems.report.page_content import Source
 
@@ -28,15 +29,7 @@ KINDS = ("eval", "bon", "compare", "correlate", "curate", "bias", "train_log", "
 
 def _load_json(path: Path) -> Any:
     """The file's JSON document, or its JSON Lines as a list of values (a last line cut short is dropped)."""
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except IsADirectoryError:
-        raise CheemsInputError("is a folder, expected a JSON result file", file=str(path)) from None
-    except OSError as e:
-        raise CheemsInputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
-    except UnicodeDecodeError:
-        raise CheemsInputError("is not UTF-8 text: expected a JSON result file", file=str(path)) from None
-    text = text.lstrip("\ufeff")
+    text = read_text_file(path, expected="a JSON result file").lstrip("\ufeff")
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
