@@ -183,14 +183,27 @@ def test_data_get_cli(mirror: Path, run_cli, tmp_path: Path):
     assert r.returncode == 2 and "nope" in r.stderr and not (tmp_path / "x.jsonl").exists()
 
 
-def test_non_commercial_licence_said_once(tmp_path: Path):
+def test_non_commercial_licence_said_once(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("CHEEMS_CACHE_DIR", str(tmp_path / "cache"))
     entry = next(e for e in CATALOG.values() if e.non_commercial)
     said: list[str] = []
-    from cheems.catalog.get import licence_notice
+    from cheems.catalog.get import licence_notice, remember_licence_shown
 
-    licence_notice(entry, said.append)
-    licence_notice(entry, said.append)
-    assert len(said) == 1 and entry.licence in said[0]
+    assert licence_notice(entry, said.append) and licence_notice(entry, said.append)  # no read finished yet
+    remember_licence_shown(entry)
+    assert not licence_notice(entry, said.append)
+    assert len(said) == 2 and entry.licence in said[0]
+
+
+def test_a_read_that_converts_nothing_keeps_the_file_already_there(tmp_path: Path):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(json.dumps({"prompt": "问题", "chosen": ""}) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    out.write_text("mine\n", encoding="utf-8")
+    with pytest.raises(CheemsInputError, match="no rows converted, 1 skipped"):
+        get_dataset("hf:team/bad", out, source=str(folder), skip_invalid=True)
+    assert out.read_text(encoding="utf-8") == "mine\n"
 
 
 def test_every_entry_is_documented():

@@ -180,6 +180,18 @@ def test_a_cached_file_is_reused_without_a_request(server, cache):
     assert second == first and len(server.requests) == n == 2 and progress == []
 
 
+def test_offline_reads_the_cache_and_never_the_network(server, cache, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(CheemsInputError) as e:
+        fetch_release_file(ENTRY, "open", source=server.url)
+    assert "not in the cheems cache and HF_DATASETS_OFFLINE" in _one_line(e) and server.requests == []
+    monkeypatch.delenv("HF_DATASETS_OFFLINE")
+    first = fetch_release_file(ENTRY, "open", source=server.url)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    n = len(server.requests)
+    assert fetch_release_file(ENTRY, "open", source=server.url) == first and len(server.requests) == n
+
+
 def test_a_cached_file_of_the_wrong_size_is_downloaded_again(server, cache):
     pin = ENTRY.files["human"]
     cache.mkdir(parents=True)

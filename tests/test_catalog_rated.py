@@ -244,8 +244,14 @@ def test_helpsteer2_preference_reads_the_sign_of_the_strength_and_zero_as_a_tie(
         ranked("979f7a2bfa364520", "Name a mammal that can fly.",
                [("response_1", "The ostrich."), ("response_2", "The bat.")], {"response_1": 1, "response_2": 0},
                "train"),
+    ]
+
+
+def test_helpsteer2_preference_keeps_the_validation_rows_apart():
+    assert converted("helpsteer2-preference", split="validation") == [
         ranked("84d1c8fba19155b2", "Summarize the plot of Hamlet in one sentence.",
-               [("response_1", HAMLET[1]), ("response_2", HAMLET[0])], {"response_1": 1, "response_2": 0}, "val"),
+               [("response_1", HAMLET[1]), ("response_2", HAMLET[0])], {"response_1": 1, "response_2": 0},
+               "validation"),
     ]
 
 
@@ -304,7 +310,8 @@ def test_the_entries_say_where_and_how_they_are_read():
     assert by_name["ultrafeedback-raw"].option.default == "overall"
     assert by_name["helpsteer2"].option.choices == ("helpfulness", "correctness", "coherence", "complexity",
                                                     "verbosity")
-    assert by_name["helpsteer2-preference"].data_files == {"train": "preference/preference.jsonl.gz"}
+    assert by_name["helpsteer2-preference"].data_files == {"train": "preference/preference.jsonl.gz",
+                                                           "validation": "preference/preference.jsonl.gz"}
 
 
 # ----------------------------------------------------------------------------- HTML as text

@@ -17,7 +17,8 @@ from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT
 EXAMPLES = REPO_ROOT / "examples"
 
 
-SCRIPTS = {"curation": EXAMPLES / "curation" / "run.sh", "report": EXAMPLES / "report" / "make_report.sh"}
+SCRIPTS = {"curation": EXAMPLES / "curation" / "run.sh", "report": EXAMPLES / "report" / "make_report.sh",
+           "experiments": EXAMPLES / "experiments" / "run.sh"}
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,19 @@ def test_the_report_example_runs_on_the_sample(ran):
     assert json.loads((out / "bon-tiny-rm.json").read_text(encoding="utf-8"))["model"] == "tiny-rm"
     comparison = json.loads((out / "length-vs-tiny-rm.json").read_text(encoding="utf-8"))
     assert comparison["a"] == "length" and comparison["b"] == "tiny-rm" and comparison["difference"] == "b - a"
+
+
+def test_the_study_example_fills_its_grid_and_a_rerun_trains_nothing(ran):
+    out = ran["experiments"] / "out"
+    rows = [json.loads(line) for line in (out / "study" / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 8 and {r["base_model_name"] for r in rows} == {"tiny", "small"}
+    assert {r["data_size"] for r in rows} == {60, "all"}
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "human-subset-debiased" in html and len(list((out / "report_files").glob("fig[67]_*.png"))) == 8
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    again = subprocess.run(["cheems", "experiment", "run", "study.yaml", "-o", "study"], cwd=out, env=env, text=True,
+                           capture_output=True, timeout=HANG_TIMEOUT_S)
+    assert again.returncode == 0 and "ran 0 of 8 cells (8 finished before)" in again.stdout, again.stderr
 
 
 @pytest.mark.parametrize("request_for", ["judge", "qwen2.5-7b-instruct"])

@@ -84,6 +84,13 @@ def test_engine_runs_the_pooling_runner_with_prefix_caching(fake_vllm, seq_cls_m
     assert fake_vllm.made[-1].engine_args["enable_prefix_caching"] is False and not rm.share_prefix
 
 
+def test_tensor_parallel_setting_reaches_the_engine(fake_vllm, seq_cls_model: Path, tiny_prompts):
+    load_scorer(seq_cls_model, ModelSettings(backend="vllm", tensor_parallel_size=4), tiny_prompts)
+    assert fake_vllm.made[-1].engine_args["tensor_parallel_size"] == 4
+    load_scorer(seq_cls_model, ModelSettings(backend="vllm"), tiny_prompts)
+    assert fake_vllm.made[-1].engine_args["tensor_parallel_size"] == 1
+
+
 @pytest.mark.parametrize("share_prefix", [True, False])
 def test_share_prefix_setting_reaches_the_engine(fake_vllm, seq_cls_model: Path, tiny_prompts, share_prefix):
     settings = ModelSettings(backend="vllm", share_prefix=share_prefix)

@@ -1,7 +1,7 @@
 """One catalogue entry: a public preference dataset by name, where it lives and how its rows
 become cheems rows.
 
-An :class:`Entry` names the dataset (``hh-rlhf-cn``), its hub id and pinned revision, its
+An :class:`Entry` names the dataset (``hh-rlhf-cn``), its hub id and revision (pinned where known), its
 configs and splits, licence, language and size, the columns its converter reads, and the
 converter: a function from one hub row to zero or more :class:`~cheems.records.Prompt`.
 Converters share the builders below (:func:`pair_prompt`, :func:`scored_prompt`,
@@ -78,7 +78,7 @@ class Entry:
     config: str | None = None
     config_is_data_dir: bool = False
     data_files: Any = None
-    revision: str | None = None
+    revision: str | None = None  # a pinned commit; None reads the latest
     streaming: bool = False
     keep: Callable[[dict], bool] | None = None
     non_commercial: bool = False

@@ -31,8 +31,7 @@ from cheems.catalog.registry import CATALOG, entry_for_hub_id, find_entry
 from cheems.records import CheemsInputError, Prompt, validate_prompt
 
 __all__ = ["CONVERTER_VERSION", "DataSpec", "generic_entry", "get_dataset", "iter_converted", "licence_notice",
-           "parse_spec",
-           "resolve_data", "resolve_data_paths"]
+           "parse_spec", "remember_licence_shown", "resolve_data", "resolve_data_paths"]
 
 CONVERTER_VERSION = 1
 """Bumped when a conversion changes, so converted files cached under an older one are made again."""
@@ -146,7 +145,7 @@ def iter_converted(spec: str | Entry | DataSpec, *, source: str | None = None, s
     spec = _as_spec(spec)
     entry = spec.entry
     split, config, option = _checked(spec, split, config, option)
-    licence_notice(entry, notify)
+    shown = licence_notice(entry, notify)
     raw = _raw_rows(entry, source=source, split=split, config=config, revision=revision,
                     progress=progress if entry.loader == "lfs" else None, notify=notify)
     conv = Conversion(entry.name, split, config, option)
@@ -171,6 +170,8 @@ def iter_converted(spec: str | Entry | DataSpec, *, source: str | None = None, s
             if limit is None or yielded < limit:
                 yield prompt
                 yielded += 1
+    if shown:
+        remember_licence_shown(entry)
 
 
 def _converted(convert, row, index: int, conv: Conversion, where: str, skip_invalid: bool,
@@ -200,23 +201,34 @@ def _as_spec(spec: str | Entry | DataSpec) -> DataSpec:
     return parsed
 
 
-def licence_notice(entry: Entry, notify: Notify | None) -> None:
-    """Say a non-commercial licence once per entry (remembered in the cheems cache)."""
-    if not entry.non_commercial or notify is None:
-        return
+def _licences_file() -> Path:
     from cheems.llm.cache import cache_folder
 
-    seen_file = cache_folder() / "catalog" / "licences-shown.json"
+    return cache_folder() / "catalog" / "licences-shown.json"
+
+
+def _licences_shown() -> set[str]:
     try:
-        seen = set(json.loads(seen_file.read_text(encoding="utf-8")))
-    except (OSError, ValueError):
-        seen = set()
-    if entry.name in seen:
-        return
+        return set(json.loads(_licences_file().read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return set()
+
+
+def licence_notice(entry: Entry, notify: Notify | None) -> bool:
+    """Say a non-commercial licence unless it was said before a read of the set that
+    finished; True when said (:func:`remember_licence_shown` records it once the read ends)."""
+    if not entry.non_commercial or notify is None or entry.name in _licences_shown():
+        return False
     notify(f"note: {entry.name} is licensed {entry.licence}: not for commercial use")
+    return True
+
+
+def remember_licence_shown(entry: Entry) -> None:
+    """Record that ``entry``'s licence was said before a read that finished (in the cheems cache)."""
+    path = _licences_file()
     try:
-        seen_file.parent.mkdir(parents=True, exist_ok=True)
-        seen_file.write_text(json.dumps(sorted(seen | {entry.name})), encoding="utf-8")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(sorted(_licences_shown() | {entry.name})), encoding="utf-8")
     except OSError:
         pass  # the notice shows again next time; nothing else depends on it
 
@@ -236,10 +248,10 @@ def get_dataset(spec: str | Entry | DataSpec, output: str | os.PathLike, *, prog
         for prompt in iter_converted(spec, errors=errors, progress=progress, notify=notify, **kw):
             f.write(orjson.dumps(prompt.to_dict()) + b"\n")
             n += 1
-    if n == 0:
-        Path(output).unlink(missing_ok=True)
-        raise CheemsInputError("no rows converted" + (f" ({len(errors)} skipped)" if errors else "") +
-                               "; nothing written", file=str(output))
+        if n == 0:  # raised inside: the temp file goes, and a file already at ``output`` stays
+            first = f" (the first: {errors[0]})" if errors else ""
+            raise CheemsInputError(f"no rows converted, {len(errors)} skipped{first}; nothing written",
+                                   file=str(output))
     return {"rows": n, "skipped": len(errors), "errors": errors, "seconds": time.perf_counter() - start,
             "output": str(output)}
 

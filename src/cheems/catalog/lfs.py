@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
+from cheems.catalog.hub import offline
 from cheems.catalog.entry import Entry
 from cheems.io import remove_stale_temps, temp_name
 from cheems.llm.cache import cache_folder
@@ -135,6 +136,9 @@ def fetch_release_file(entry: Entry, split: str | None, *, revision: str | None 
         repo_url = raw_base = source.rstrip("/")
         raw_base += "/raw"
     path = spec["path"]
+    if offline() and (not pinned or not _cached(release_cache_path(spec["sha256"]), spec["size"])):
+        raise CheemsInputError(f"{entry.name}: {path} is not in the cheems cache and HF_DATASETS_OFFLINE/"
+                               "HF_HUB_OFFLINE is set; unset it to download once, or point --source at a local clone")
     if pinned:
         pointer = LfsPointer(spec["sha256"], spec["size"])
     else:
@@ -143,7 +147,7 @@ def fetch_release_file(entry: Entry, split: str | None, *, revision: str | None 
             return found
         pointer = found
     target = release_cache_path(pointer.sha256)
-    if target.is_file() and target.stat().st_size == pointer.size:
+    if _cached(target, pointer.size):
         return target
     href, header = _download_action(repo_url, pointer, path)
     if notify is not None:
@@ -151,6 +155,11 @@ def fetch_release_file(entry: Entry, split: str | None, *, revision: str | None 
     with _get(href, header, what=path) as reply:
         _store(reply, target, what=path, url=href, expected=pointer, progress=progress)
     return target
+
+
+def _cached(target: Path, size: int) -> bool:
+    """Whether ``target`` (named by its sha256, checked when it was stored) is there whole."""
+    return target.is_file() and target.stat().st_size == size
 
 
 def _split_file(entry: Entry, split: str | None) -> dict:

@@ -222,20 +222,25 @@ def _attribute(conv: Conversion) -> str:
     return attribute
 
 
+_PREFERENCE_SPLITS = {"train": "train", "val": "validation", "validation": "validation"}
+"""The ``split`` column of HelpSteer2's preference file, as the entry's split names."""
+
+
 def convert_helpsteer2_preference(row: dict, index: int, conv: Conversion) -> Iterable[Prompt]:
     """A HelpSteer2-Preference pair: ``preference_strength`` from -3 (``response_1`` much
     better) through 0 (about the same: a tie) to 3 (``response_2`` much better). Response ids
-    are ``response_1`` and ``response_2``; id: derived from the prompt and both responses;
-    subset: the row's own ``split`` (``train``/``val``)."""
-    need_columns(row, ("prompt", "response_1", "response_2", "preference_strength"), dataset=conv.name)
+    are ``response_1`` and ``response_2``; id: derived from the prompt and both responses.
+    The file holds both splits: a row belongs to the split its ``split`` column names
+    (``train``, or ``val`` for the entry's ``validation``), which is also its subset."""
+    need_columns(row, ("split", "prompt", "response_1", "response_2", "preference_strength"), dataset=conv.name)
     strength = _rating(row, "preference_strength")
     if strength not in (-3, -2, -1, 0, 1, 2, 3):
         raise CheemsInputError(f"must be an integer from -3 to 3, got {strength!r}", field="preference_strength")
-    split = row.get("split")
-    subset = split if isinstance(split, str) and split else conv.split
+    if _PREFERENCE_SPLITS.get(row.get("split")) != conv.split:
+        return []  # the file holds both splits; the row's own ``split`` says which it belongs to
     return [scored_prompt(None, text_value(row, "prompt"),
                           [text_value(row, "response_1"), text_value(row, "response_2")], [-strength, strength],
-                          ids=("response_1", "response_2"), subset=subset)]
+                          ids=("response_1", "response_2"), subset=conv.split)]
 
 
 # ----------------------------------------------------------------------------- the entries
@@ -283,5 +288,6 @@ ENTRIES: list[Entry] = [
         columns=("split", "prompt", "response_1", "response_2", "preference_strength"),
         description="HelpSteer2-Preference: pairs with an annotated preference strength from -3 to 3; "
                     "0 (about the same) kept as a tie.",
-        data_files={"train": "preference/preference.jsonl.gz"}),
+        splits=("train", "validation"), split="train",
+        data_files={"train": "preference/preference.jsonl.gz", "validation": "preference/preference.jsonl.gz"}),
 ]

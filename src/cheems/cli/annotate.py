@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from cheems.annotate.settings import ServerSettings, WorkflowSettings
-from cheems.cli.console import out, print_skipped, reports_input_errors
+from cheems.cli.console import data_paths, out, print_skipped, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.records import CheemsInputError
 
@@ -124,11 +124,11 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
     if seed < 0:
         raise CheemsInputError(f"seed must be a non-negative integer, got {seed}", field="--seed")
     s = _sessions(db)
-    res = read_many([file], skip_invalid=skip_invalid, fmt=fmt)
+    res = read_many([data_paths(file)], skip_invalid=skip_invalid, fmt=fmt)
     prompts = merge_prompts(res.prompts, res.locations())
     gold_prompts = []
     if gold is not None:
-        g = read_many([gold], skip_invalid=skip_invalid, fmt=fmt)
+        g = read_many([data_paths(gold)], skip_invalid=skip_invalid, fmt=fmt)
         gold_prompts = merge_prompts(g.prompts, g.locations())
         res.errors.extend(g.errors)
     print_skipped(res.errors)

@@ -39,7 +39,7 @@ def info(name: str = typer.Argument(..., help="A catalogue name (see `cheems dat
     from cheems.catalog.registry import find_entry
 
     e = find_entry(name)
-    facts = [("title", e.title), ("hub id", e.hub_id), ("revision", e.revision or "latest"),
+    facts = [("title", e.title), ("hub id", e.hub_id), ("revision", e.revision or "latest (none pinned; --revision pins one)"),
              ("language", e.language), ("size", e.size),
              ("licence", e.licence + ("  (not for commercial use)" if e.non_commercial else "")),
              ("access", "gated: accept the terms on the hub and log in" if e.gated else "open"),
@@ -60,7 +60,8 @@ def get(name: str = typer.Argument(..., help="A catalogue name or hf:OWNER/NAME[
         split: Optional[str] = typer.Option(None, "--split", help="The split to read (default: the entry's)."),
         config: Optional[str] = typer.Option(None, "--config", help="The hub config (or folder) to read."),
         option: Optional[str] = typer.Option(None, "--option", help="The entry's option (see `cheems data info`)."),
-        revision: Optional[str] = typer.Option(None, "--revision", help="A hub revision (default: the pinned one)."),
+        revision: Optional[str] = typer.Option(None, "--revision", help="A hub revision: a branch, tag or commit "
+                                               "(default: the entry's pinned one where it has one, else the latest)."),
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Stop after this many rows."),
         source: Optional[str] = typer.Option(None, "--source", help="Read a local folder laid out like the hub "
                                              "repository, or another hub id with the same schema."),

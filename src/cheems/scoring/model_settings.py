@@ -43,6 +43,8 @@ class ModelSettings:
     liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
     trust_remote_code: bool = setting(False, help="Allow the checkpoint's own code")
     check: bool = setting(False, help="First verify scores do not depend on batching")
+    tensor_parallel_size: int = setting(1, min=1, help="With --backend vllm: GPUs the model is split over "
+                                        "(tensor parallelism, for models one GPU cannot hold)")
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -93,6 +93,7 @@ def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Seque
         from cheems.scoring.vllm_backend import load_vllm_reward_model
 
         rm = load_vllm_reward_model(str(path), max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
+                                    tensor_parallel_size=s.tensor_parallel_size,
                                     trust_remote_code=s.trust_remote_code, prefix_caching=s.share_prefix)
     else:
         rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
