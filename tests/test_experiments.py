@@ -3,6 +3,7 @@ models, resumed after a kill, grown, and refused when their settings change."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -10,13 +11,14 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from cheems.experiments.cells import cell_id
+from cheems.experiments.cells import cell_id, changed_settings, setting_defaults, settings_fingerprint
 from cheems.experiments.grid import read_grid
 from cheems.experiments.prepare import sample_by_prompt
-from cheems.experiments.cell_recipe import count_parameters
+from cheems.experiments.cell_recipe import cell_model_settings, count_parameters
 from cheems.formats import read_prompts
 from cheems.records import CheemsInputError
 from cheems.training.training_data import training_pairs
@@ -177,6 +179,118 @@ def test_a_cell_whose_data_changed_is_refused_naming_it(workdir, finished, tmp_p
     assert "the dataset's files changed" in r.stderr
 
 
+def test_status_and_table_read_results_without_changing_them_and_run_repairs(workdir, finished, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(finished, out)
+    path = out / "results.jsonl"
+    good = path.read_bytes()
+    path.write_bytes(good + b'{"cell": "x"}\n')  # a whole line, not a results line
+    st = experiment(tmp_path, "status", "out")
+    assert st.returncode == 2 and len(st.stderr.strip().splitlines()) == 1
+    assert "out/results.jsonl:5: dataset: expected a non-empty string" in st.stderr
+    assert path.read_bytes() == good + b'{"cell": "x"}\n'
+
+    unfinished = good + good.splitlines(keepends=True)[0][:60]  # a line still being written
+    path.write_bytes(unfinished)
+    for command in ("status", "table"):
+        r = experiment(tmp_path, command, "out")
+        assert r.returncode == 0, r.stderr
+        assert "out/results.jsonl:5: the last line is incomplete" in r.stderr
+        assert path.read_bytes() == unfinished
+    assert "4 of 4 cells done, 0 left" in experiment(tmp_path, "status", "out").stdout
+    r = experiment(workdir, "run", "grid.yaml", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "ran 0 of 4 cells (4 finished before)" in r.stdout and "cut off an unfinished last line" in r.stderr
+    assert path.read_bytes() == good
+
+
+def test_a_cell_evaluates_on_the_gpu_unless_the_grid_names_a_device(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cell_model_settings({"batch_size": 4}).device == "cuda"
+    assert cell_model_settings({"device": "cpu"}).device == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cell_model_settings({}).device == "cpu" and cell_model_settings({}).batch_size == 64
+
+
+def test_settings_on_one_side_only_count_as_changed_only_when_they_are_not_the_default():
+    defaults = setting_defaults()
+    assert defaults["train.reg_coef"] == 0.1 and defaults["eval.device"] == "cpu"
+    given = {"train": {"epochs": 1}, "eval": {}, "seed": 0}
+    every_default = {"train": {"epochs": 1, "reg_coef": 0.1, "warmup_ratio": 0.1},
+                     "eval": {"device": "cpu", "batch_size": 64}, "seed": 0}
+    assert changed_settings(every_default, given, defaults) == []
+    assert changed_settings(given, every_default, defaults) == []
+    assert changed_settings({**every_default, "train": {"epochs": 1, "reg_coef": 0.5}}, given, defaults) == \
+        ["train.reg_coef 0.5 -> 0.1 (the default is 0.1)"]
+    assert changed_settings({"seed": 0}, {"seed": 0, "extra": 1}, defaults) == ["extra added"]
+
+
+def test_a_folder_recorded_with_every_default_by_an_older_cheems_still_runs(workdir, finished, tmp_path):
+    from cheems.experiments.grid import train_settings
+    from cheems.scoring.model_settings import ModelSettings
+    from cheems.training.output_folder import RESUMABLE_CHANGES
+
+    out = tmp_path / "out"
+    shutil.copytree(finished, out)
+    grid = read_grid(workdir / "grid.yaml")
+
+    def older(settings: dict) -> dict:
+        """Settings as a cheems that merged in every default recorded them, before reg_coef existed."""
+        train = {k: v for k, v in train_settings(grid.train).items() if k not in RESUMABLE_CHANGES}
+        del train["reg_coef"]
+        return {**settings, "train": train, "eval": dataclasses.asdict(ModelSettings(**grid.eval))}
+
+    record = json.loads((out / "experiment.json").read_text(encoding="utf-8"))
+    (out / "experiment.json").write_text(json.dumps({**record, "settings": older(record["settings"])}),
+                                         encoding="utf-8")
+    fingerprints = {}
+    for cell_file in out.glob("cells/*/cell.json"):
+        cell = json.loads(cell_file.read_text(encoding="utf-8"))
+        settings = older(cell["settings"])
+        fingerprints[cell["cell"]] = settings_fingerprint(settings)
+        cell_file.write_text(json.dumps({**cell, "settings": settings, "fingerprint": fingerprints[cell["cell"]]}),
+                             encoding="utf-8")
+    rows = [{**row, "fingerprint": fingerprints[row["cell"]]} for row in results(out)]
+    (out / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    for _ in range(2):  # the second run meets the records the first brought up to date
+        r = experiment(workdir, "run", "grid.yaml", "-o", out)
+        assert r.returncode == 0, r.stderr
+        assert "ran 0 of 4 cells (4 finished before)" in r.stdout
+    record = json.loads((out / "experiment.json").read_text(encoding="utf-8"))
+    record["settings"]["train"]["reg_coef"] = 0.5
+    (out / "experiment.json").write_text(json.dumps(record), encoding="utf-8")
+    r = experiment(workdir, "run", "grid.yaml", "-o", out)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "train.reg_coef 0.5 -> 0.1" in r.stderr
+
+
+def test_a_changed_accelerate_config_is_refused_naming_launch_config(workdir, tmp_path):
+    from cheems.experiments.folder import write_experiment_record
+    from cheems.experiments.run import plan_cells
+
+    config = tmp_path / "accelerate.yaml"
+    shutil.copy(Path(__file__).resolve().parents[1] / "configs" / "accelerate" / "ddp.yaml", config)
+    grid_file = write_grid(tmp_path, "grid.yaml", f"benchmarks: [{workdir / 'open.jsonl'}]\n"
+                           f"base_models: [{workdir / 'tiny'}]\n"
+                           f"datasets: [{{name: d, path: {workdir / 'open.jsonl'}}}]\n"
+                           "data_sizes: [10]\n" + TRAIN + "launch: {config: accelerate.yaml, processes: 2}\n")
+    out = tmp_path / "out"
+    plans, shared = plan_cells(read_grid(grid_file), out)
+    assert plan_cells(read_grid(grid_file), out)[1] == shared
+    out.mkdir()
+    write_experiment_record(out, {"settings": shared, "cells": [p.cell for p in plans]})
+    config.write_text(config.read_text(encoding="utf-8") + "mixed_precision: bf16\n", encoding="utf-8")
+    changed_plans, changed = plan_cells(read_grid(grid_file), out)
+    assert changed["launch"]["processes"] == 2 and changed["launch"]["config"] != shared["launch"]["config"]
+    assert changed_plans[0].fingerprint != plans[0].fingerprint
+    r = experiment(tmp_path, "run", "grid.yaml", "-o", "out")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "launch.config: the accelerate config file's contents changed" in r.stderr
+    assert not (out / "cells").exists()
+
+
 # ----------------------------------------------------------------------------- kill and resume
 
 def test_a_killed_run_resumes_the_interrupted_cell_from_its_checkpoint(workdir, tmp_path):
@@ -334,19 +448,56 @@ def test_cell_ids_are_safe_file_names():
 
 # ----------------------------------------------------------------------------- Ray
 
+def test_ray_cells_are_submitted_at_once_and_recorded_as_they_finish():
+    from cheems.experiments.ray_cells import run_as_tasks
+
+    submitted: list[str] = []
+    waited_after: list[int] = []
+
+    class Task:
+        def remote(self, plan):
+            submitted.append(plan.cell)
+            return plan.cell
+
+    class FakeRay:
+        def wait(self, refs, num_returns):
+            waited_after.append(len(submitted))
+            return refs[-1:], refs[:-1]  # the last submitted finishes first
+
+        def get(self, ref):
+            if ref == "c":
+                raise RuntimeError("ray::run_cell() (pid=1)\nTraceback (most recent call last):\n  File x\n"
+                                   "ValueError: boom\n")
+            return {"cell": ref}, [f"note of {ref}"]
+
+    done, notes = [], []
+    with pytest.raises(CheemsInputError) as caught:
+        run_as_tasks(FakeRay(), Task(), [SimpleNamespace(cell=c) for c in "abcd"],
+                     lambda plan, row: done.append((plan.cell, row["cell"])), notes.append)
+    assert submitted == ["a", "b", "c", "d"] and waited_after[0] == 4
+    assert done == [("d", "d"), ("b", "b"), ("a", "a")]
+    assert str(caught.value) == "cell c failed: ValueError: boom"
+    assert notes[0] == "note of d" and notes[1] == "cell c failed: ValueError: boom (the other cells go on)"
+
+
 @pytest.mark.ray
-def test_a_cell_runs_as_a_ray_task(workdir, tmp_path):
+def test_cells_run_as_ray_tasks(workdir, tmp_path):
     pytest.importorskip("ray")
     write_grid(tmp_path, "grid.yaml", f"benchmarks: [{workdir / 'open.jsonl'}]\n"
                f"base_models: [{workdir / 'tiny'}]\n"
                f"datasets: [{{name: open-train, path: {workdir / 'open.jsonl'}}}]\n"
-               "data_sizes: [10]\ngpus_per_cell: 0\n" + TRAIN)
+               "data_sizes: [10, 20]\ngpus_per_cell: 0\n" + TRAIN)
     r = experiment(tmp_path, "run", "grid.yaml", "-o", "out", "--ray", "local")
     assert r.returncode == 0, r.stderr
-    (row,) = results(tmp_path / "out")
-    assert row["cell"] == "open-train__tiny__10__s0" and 0 < row["pairs"] <= 10
-    assert (tmp_path / "out" / row["folder"] / "model" / "model.safetensors").exists()
-    assert json.loads((tmp_path / "out" / row["folder"] / "eval.json").read_text(encoding="utf-8")) == row["eval"]
+    assert "queued as a Ray task" in r.stdout and "finished (2 of 2 done, 0 left)" in r.stdout
+    rows = results(tmp_path / "out")
+    assert sorted(row["cell"] for row in rows) == ["open-train__tiny__10__s0", "open-train__tiny__20__s0"]
+    for row in rows:
+        assert 0 < row["pairs"] <= row["data_size"]
+        assert (tmp_path / "out" / row["folder"] / "model" / "model.safetensors").exists()
+        assert json.loads((tmp_path / "out" / row["folder"] / "eval.json").read_text(encoding="utf-8")) == row["eval"]
+    st = experiment(tmp_path, "status", "out")
+    assert st.returncode == 0 and "2 of 2 cells done, 0 left" in st.stdout
 
 
 # ----------------------------------------------------------------------------- cells under accelerate launch

@@ -23,8 +23,9 @@ def run(
                                "train, eval (see docs)."),
     output: Path = typer.Option(..., "-o", "--output", help="Experiment folder; a later run with the same "
                                 "folder resumes it (and adds the cells of a grown grid)."),
-    ray: Optional[str] = typer.Option(None, "--ray", help="Run each cell as a Ray task: 'auto' (the running "
-                                      "cluster), an address, or 'local' (a new local instance)."),
+    ray: Optional[str] = typer.Option(None, "--ray", help="Run every cell at once as a Ray task of its own: "
+                                      "'auto' (the running cluster), an address, or 'local' (a new local "
+                                      "instance)."),
 ):
     """Train and evaluate every cell of an experiment grid; finished cells are skipped, an
     interrupted one resumes from its last checkpoint."""
@@ -60,8 +61,11 @@ def _cells_progress():
 
 
 def _cell_lines(p) -> None:
-    if p.stage in ("prepare", "done"):
-        out.print(f"cell {p.index + 1}/{p.cells} {p.cell}: {'finished' if p.stage == 'done' else 'started'}")
+    if p.stage == "done":
+        out.print(f"cell {p.cell}: finished ({p.done} of {p.cells} done, {p.cells - p.done} left)")
+    elif p.stage in ("prepare", "queued"):
+        what = "started" if p.stage == "prepare" else "queued as a Ray task"
+        out.print(f"cell {p.index + 1}/{p.cells} {p.cell}: {what}")
 
 
 @experiment_app.command("status")
@@ -73,6 +77,8 @@ def status(folder: Path = typer.Argument(..., help="Experiment folder (the -o of
     from cheems.experiments import experiment_status
 
     st = experiment_status(folder)
+    for note in st["notes"]:
+        err.print(f"note: {note}", style="yellow", soft_wrap=True)
     out.print(f"{st['done']} of {len(st['cells'])} cells done, {st['left']} left ({st['folder']})")
     table = Table("cell", "state", "checkpoint", "pairs", "Overall")
     for c in st["cells"]:

@@ -2,7 +2,8 @@
 
     prepare   cells/<id>/data/train.jsonl (skipped when cell.json says it was made with these settings)
     train     cheems.training.trainer.train into cells/<id>/model (resume: from its last checkpoint)
-    evaluate  the final model on every benchmark -> eval.json + eval.items.jsonl (written together)
+    evaluate  the final model on every benchmark -> eval.json + eval.items.jsonl (written together),
+              on the GPU when the grid's eval: names no device and torch sees one
     record    the results line (the caller appends it to results.jsonl: then the cell is finished)
 
 `CellPlan` holds everything a cell needs in plain values, so that it can run in this process or
@@ -22,7 +23,7 @@ from cheems.experiments.folder import (DATA_FILE, EVAL_FILE, EVAL_ITEMS_FILE, MO
 from cheems.experiments.prepare import prepare_cell_data
 from cheems.io import files_fingerprint
 
-__all__ = ["CellPlan", "LAUNCH_LOG", "LAUNCH_TRAIN_CONFIG", "count_parameters", "run_cell"]
+__all__ = ["CellPlan", "LAUNCH_LOG", "LAUNCH_TRAIN_CONFIG", "cell_model_settings", "count_parameters", "run_cell"]
 
 Notify = Callable[[str], None]
 
@@ -143,14 +144,27 @@ def _evaluate(plan: CellPlan, folder: Path) -> dict:
     """The eval report of the cell's final model on every benchmark, written with its items."""
     from cheems.io import outputs_together, write_json, write_jsonl
     from cheems.scoring.evaluate import evaluate_benchmark
-    from cheems.scoring.model_settings import ModelSettings
 
     result = evaluate_benchmark(plan.benchmarks, model=str(folder / MODEL_DIR),
-                                model_settings=ModelSettings(**plan.eval), n_bootstrap=1000, seed=plan.seed)
+                                model_settings=cell_model_settings(plan.eval), n_bootstrap=1000, seed=plan.seed)
     with outputs_together(folder / EVAL_FILE, folder / EVAL_ITEMS_FILE) as (report_tmp, items_tmp):
         write_json(report_tmp, result.report)
         write_jsonl(items_tmp, result.items)
     return result.report
+
+
+def cell_model_settings(section: dict):
+    """The scoring settings of a cell: the grid's ``eval:`` section, and where it names no
+    ``device``, "cuda" when torch sees a GPU here (where the cell runs: on a Ray worker, the
+    worker's GPUs), else "cpu"."""
+    from cheems.scoring.model_settings import ModelSettings
+
+    settings = dict(section)
+    if "device" not in settings:
+        import torch
+
+        settings["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    return ModelSettings(**settings)
 
 
 def count_parameters(model_dir: str | os.PathLike) -> int | None:

@@ -4,7 +4,13 @@ fingerprint that says whether a cell already in the folder is the cell asked for
 A cell's settings are everything that changes its result: the dataset (name, curation, the
 bytes of its files), the base model, the data size, the seed, the training settings (those a
 resumed run may change aside, :data:`cheems.training.output_folder.RESUMABLE_CHANGES`), the
-scoring settings and the benchmarks (names and bytes). Its fingerprint is a hash of them.
+scoring settings, the benchmarks (names and bytes) and, with ``launch:``, the accelerate config
+(its bytes) and the processes. Its fingerprint is a hash of them.
+
+The training and scoring settings are recorded as the grid gives them (its explicit keys), not
+merged with cheems' defaults: a later cheems with one more setting plans the same fingerprints.
+:func:`changed_settings` compares two records knowing the defaults, so that a record written
+with every default (or without a setting that did not exist yet) still matches.
 """
 
 from __future__ import annotations
@@ -16,11 +22,13 @@ import re
 from dataclasses import dataclass
 
 from cheems.experiments.grid import BaseModel, DatasetSpec, Grid, train_settings
+from cheems.io import files_fingerprint
 from cheems.records import CheemsInputError
+from cheems.scoring.model_settings import ModelSettings
 from cheems.training.output_folder import RESUMABLE_CHANGES
 
-__all__ = ["Cell", "cell_id", "cell_settings", "changed_settings", "grid_cells", "settings_fingerprint",
-           "shared_settings"]
+__all__ = ["Cell", "cell_id", "cell_settings", "changed_settings", "grid_cells", "setting_defaults",
+           "settings_fingerprint", "shared_settings"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -66,14 +74,33 @@ def grid_cells(grid: Grid) -> list[Cell]:
 
 
 def shared_settings(grid: Grid, benchmark_fingerprints: dict[str, str]) -> dict:
-    """The settings every cell shares: training (without the settings a resumed run may change),
-    scoring, and the benchmarks (name -> fingerprint of its bytes)."""
-    train = {k: v for k, v in train_settings(grid.train).items() if k not in RESUMABLE_CHANGES}
-    shared = {"train": train, "eval": dataclasses.asdict(grid.model_settings()),
-              "benchmarks": dict(benchmark_fingerprints)}
-    if grid.launch is not None:  # the processes multiply the global batch; the config file may move
-        shared["launch_processes"] = grid.launch.get("processes")
+    """The settings every cell shares: training as the grid gives it (without the settings a
+    resumed run may change), scoring as the grid gives it, the benchmarks (name -> fingerprint of
+    its bytes) and, with ``launch:``, the accelerate config's fingerprint and the processes (they
+    decide the parallelism, the precision, the ZeRO stage; the config file's path may move)."""
+    shared = {"train": {k: v for k, v in grid.train.items() if k not in RESUMABLE_CHANGES},
+              "eval": dict(grid.eval), "benchmarks": dict(benchmark_fingerprints)}
+    if grid.launch is not None:
+        shared["launch"] = {"config": files_fingerprint([grid.launch["config"]]),
+                            "processes": grid.launch.get("processes")}
     return shared
+
+
+def _plain(value):
+    """``value`` as JSON gives it back (tuples become lists, paths strings)."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+def setting_defaults() -> dict:
+    """cheems' defaults of the training and scoring settings, by their key in a settings record
+    (``train.learning_rate``, ``eval.batch_size``)."""
+    out = {f"train.{k}": v for k, v in train_settings({}).items()}
+    for f in dataclasses.fields(ModelSettings):
+        if f.default is not dataclasses.MISSING:
+            out[f"eval.{f.name}"] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f"eval.{f.name}"] = f.default_factory()
+    return _plain(out)
 
 
 def cell_settings(cell: Cell, shared: dict, data_fingerprint: str) -> dict:
@@ -93,23 +120,32 @@ def settings_fingerprint(settings: dict) -> str:
 def _flat(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
-        if isinstance(v, dict) and v:
+        if isinstance(v, dict):  # an empty section holds no setting
             out.update(_flat(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
 
 
-def changed_settings(old: dict, new: dict) -> list[str]:
+def changed_settings(old: dict, new: dict, defaults: dict | None = None) -> list[str]:
     """What differs between two settings records, one phrase per setting
-    (``train.learning_rate 0.001 -> 0.002``; a file's bytes: ``the benchmark X changed``)."""
-    a, b = _flat(old), _flat(new)
+    (``train.learning_rate 0.001 -> 0.002``; a file's bytes: ``the benchmark X changed``).
+
+    ``defaults`` (by flat key, :func:`setting_defaults`): a setting on one side only stands for
+    its default there, so it counts as changed only when the other side's value is not it."""
+    a, b, defaults = _flat(_plain(old)), _flat(_plain(new)), defaults or {}
     phrases = []
     for key in sorted(set(a) | set(b)):
-        if a.get(key) == b.get(key):
+        if key in defaults and (key not in a or key not in b):
+            before, after = a.get(key, defaults[key]), b.get(key, defaults[key])
+            if before != after:
+                phrases.append(f"{key} {before!r} -> {after!r} (the default is {defaults[key]!r})")
+        elif a.get(key) == b.get(key) and (key in a) == (key in b):
             continue
-        if key == "dataset.files":
+        elif key == "dataset.files":
             phrases.append("the dataset's files changed")
+        elif key == "launch.config" and key in a and key in b:
+            phrases.append("launch.config: the accelerate config file's contents changed")
         elif key.startswith("benchmarks.") and key in a and key in b:
             phrases.append(f"the benchmark {key[len('benchmarks.'):]} changed")
         elif key not in a:

@@ -6,7 +6,8 @@
 - ``cells/<cell-id>/``: ``data/train.jsonl``, ``model/`` (the `cheems train` output folder),
   ``eval.json`` and ``eval.items.jsonl``, ``cell.json`` (the cell's settings and fingerprint).
 - ``results.jsonl``: one line per finished cell, appended and pushed to disk as each finishes;
-  a cell is finished iff its line is there.
+  a cell is finished iff its line is there. :func:`cheems.experiments.results.read_results` is
+  its one reader (for `experiment run`, `status`, `table` and `cheems report` alike).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from cheems.io import write_json
 from cheems.records import CheemsInputError
 
 __all__ = ["CELL_FILE", "CELLS_DIR", "DATA_FILE", "EVAL_FILE", "EVAL_ITEMS_FILE", "EXPERIMENT_FILE", "MODEL_DIR",
-           "RESULTS_FILE", "append_result", "cell_folder", "read_cell_record", "read_experiment_record",
-           "read_results", "write_cell_record", "write_experiment_record"]
+           "RESULTS_FILE", "append_result", "cell_folder", "cut_unfinished_line", "read_cell_record",
+           "read_experiment_record", "write_cell_record", "write_experiment_record"]
 
 EXPERIMENT_FILE = "experiment.json"
 RESULTS_FILE = "results.jsonl"
@@ -69,32 +70,25 @@ def write_cell_record(out_dir: str | os.PathLike, cell_id: str, record: dict) ->
     write_json(cell_folder(out_dir, cell_id) / CELL_FILE, record)
 
 
-def read_results(out_dir: str | os.PathLike) -> dict[str, dict]:
-    """The lines of ``results.jsonl`` by cell id. A last line cut short by a kill (no newline, or
-    not JSON) is cut off the file; a broken line before it is one error naming it."""
+def cut_unfinished_line(out_dir: str | os.PathLike) -> bool:
+    """Cut a last line of ``results.jsonl`` that has no newline (the line a killed run was
+    writing: its cell is not finished) off the file; whether there was one. Only `experiment
+    run` calls this, before it appends: readers leave such a line out and change nothing."""
     path = Path(out_dir) / RESULTS_FILE
-    if not path.exists():
-        return {}
-    data = path.read_bytes()
-    rows: dict[str, dict] = {}
-    good_end = 0
-    lines = data.splitlines(keepends=True)
-    for n, line in enumerate(lines, 1):
-        try:
-            row = orjson.loads(line) if line.endswith(b"\n") else None
-        except orjson.JSONDecodeError:
-            row = None
-        if not isinstance(row, dict) or not isinstance(row.get("cell"), str):
-            if n == len(lines):
-                break  # the line a killed run was writing
-            raise CheemsInputError("not a results line (an object with 'cell'); use another -o folder",
-                                   file=str(path), line=n)
-        rows[row["cell"]] = row
-        good_end += len(line)
-    if good_end < len(data):
+    if not path.is_file():
+        return False
+    try:
         with open(path, "r+b") as f:
-            f.truncate(good_end)
-    return rows
+            data = f.read()
+            end = data.rfind(b"\n") + 1
+            if end == len(data):
+                return False
+            f.truncate(end)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as e:
+        raise CheemsInputError(f"cannot repair: {e.strerror or e}", file=str(path)) from None
+    return True
 
 
 def append_result(out_dir: str | os.PathLike, row: dict) -> None:

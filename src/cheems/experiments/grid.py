@@ -81,9 +81,6 @@ class Grid:
     gpus_per_cell: float | None = None
     launch: dict | None = None  # {"config": accelerate config file (absolute), "processes": int | None}
 
-    def model_settings(self) -> ModelSettings:
-        return ModelSettings(**self.eval)
-
     def to_dict(self) -> dict:
         """The grid normalised: every model and dataset a mapping, paths absolute."""
         return {"benchmarks": list(self.benchmarks),

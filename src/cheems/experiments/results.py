@@ -7,8 +7,9 @@ Rules:
 - every line of ``results.jsonl`` must be a JSON object with the keys of a finished cell (``cell``,
   ``dataset``, ``base_model``, ``data_size``, ``seed``, ``eval`` with its ``subsets``); a line that is not is
   one CheemsInputError naming ``results.jsonl:LINE`` and the field. No line is skipped silently;
-- the one exception is a last line without its newline that is not valid JSON: a line still being written
-  (or cut short by a kill) is a cell that has not finished. It is left out, with a note;
+- the one exception is a last line without its newline: a line still being written (or cut short by a
+  kill) is a cell that has not finished. It is left out, with a note, and the file is left as it is (only
+  `cheems experiment run` cuts such a line off, before it appends);
 - a cell listed twice (run again) counts once: its last line wins, since lines are appended in the order
   cells finish, and a note names the cell and the lines;
 - ``experiment.json`` is optional: without it the datasets and base models are taken in the order their
@@ -22,14 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cheems.io import read_text_file
+from cheems.experiments.folder import EXPERIMENT_FILE, RESULTS_FILE
 from cheems.records import CheemsInputError, is_integer, is_number
 
 __all__ = ["CellResult", "Experiment", "RESULTS_FILE", "GRID_FILE", "group_cells", "read_experiment",
            "read_results", "size_order"]
 
-RESULTS_FILE = "results.jsonl"
-GRID_FILE = "experiment.json"
+GRID_FILE = EXPERIMENT_FILE
 
 
 @dataclass
@@ -37,7 +37,7 @@ class CellResult:
     """One finished cell: its settings, the number of training pairs it used and its evaluation report.
 
     ``model``: the base model's name (``base_model_name``, else ``base_model``); ``line``: its line in
-    ``results.jsonl``."""
+    ``results.jsonl``; ``fingerprint``: the fingerprint of the settings it ran with (None if not recorded)."""
 
     cell: str
     dataset: str
@@ -50,6 +50,7 @@ class CellResult:
     seed: int
     eval: dict
     line: int
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -172,8 +173,9 @@ def _cell_from(record: Any, path: Path, line: int) -> CellResult:
     variant = _optional(record, "variant", lambda v: isinstance(v, str), "a string", path, line)
     pairs = _optional(record, "pairs", lambda v: is_integer(v) and v >= 0, "an integer", path, line)
     report = _check_eval(record.get("eval"), path, line)
+    fingerprint = _optional(record, "fingerprint", lambda v: isinstance(v, str), "a string", path, line)
     return CellResult(record["cell"], record["dataset"], record["base_model"], name or record["base_model"],
-                      parameters, variant, size, pairs, record["seed"], report, line)
+                      parameters, variant, size, pairs, record["seed"], report, line, fingerprint)
 
 
 # ----------------------------------------------------------------------------- the files
@@ -188,20 +190,20 @@ def read_results(path: str | Path, notes: list[str] | None = None) -> list[CellR
     notes = notes if notes is not None else []
     if not path.exists():
         raise CheemsInputError("not found: no cell of this experiment has finished yet", file=str(path))
-    text = read_text_file(path, expected="the results of an experiment (JSON lines)")
-    lines = text.split("\n")
+    lines = _read_bytes(path).split(b"\n")
+    if lines[-1].strip():  # no newline after it: still being written, or cut short by a kill
+        notes.append(f"{path}:{len(lines)}: the last line is incomplete (a cell still being written?); "
+                     "it is left out")
     by_cell: dict[str, CellResult] = {}
     repeated: dict[str, list[int]] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    for number, raw in enumerate(lines[:-1], 1):
+        if not raw.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise CheemsInputError("is not UTF-8 text", file=str(path), line=number) from None
         except json.JSONDecodeError as e:
-            if number == len(lines):  # no newline after it: still being written, or cut short by a kill
-                notes.append(f"{path}:{number}: the last line is incomplete (a cell still being written?); "
-                             "it is left out")
-                break
             raise CheemsInputError(f"is not valid JSON: {e.msg} (column {e.colno})", file=str(path),
                                    line=number) from None
         cell = _cell_from(record, path, number)
@@ -213,6 +215,16 @@ def read_results(path: str | Path, notes: list[str] | None = None) -> list[CellR
         notes.append(f"{path}: cell {cell_id} is listed {len(numbers)} times (lines "
                      f"{', '.join(map(str, numbers))}); the last one counts")
     return list(by_cell.values())
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise CheemsInputError("is a folder, expected the results of an experiment (JSON lines)",
+                               file=str(path)) from None
+    except OSError as e:
+        raise CheemsInputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
 
 
 def _read_grid(path: Path, notes: list[str]) -> dict:
