@@ -99,3 +99,11 @@ def test_verdict_tokens_are_the_first_tokens_of_each_reply(cli_tiny_model: Path)
     assert cut == prompt[-20:] and stats.truncated == 1
     with pytest.raises(CheemsInputError, match="share a first token|not one token"):
         verdict_token_ids(tokenizer, ("回答一更好", "回答二更好"), messages)
+
+
+def test_both_orders_of_a_pair_share_everything_before_the_first_response():
+    t = verdict_template("zh")
+    ab = t.messages("问题", "回答甲", "回答乙", ties=True)[1]["content"]
+    ba = t.messages("问题", "回答乙", "回答甲", ties=True)[1]["content"]
+    start = ab.index("【回答A 开始")
+    assert ab[:start] == ba[:start] and ab != ba

@@ -86,7 +86,9 @@ class VerdictTemplate:
         history, question = split_question(prompt)
         history_text = "\n\n".join(f"{self.roles.get(m.get('role'), m.get('role'))}: {m['content']}"
                                    for m in history)
-        tag = boundary_tag(history_text, question, response_a, response_b)
+        # the tag is the same for both orders of one pair, so their prompts share everything up to
+        # the first response (a judge scoring both orders lays that prefix down once)
+        tag = boundary_tag(history_text, question, *sorted((response_a, response_b)))
         parts = [self.instruction.replace("{tag}", tag)]
         if history:
             parts.append(fenced_block(self.names["history"], history_text, tag))

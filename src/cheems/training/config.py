@@ -34,8 +34,9 @@ class TrainConfig:
     the score head, and merges them into the saved model.
     """
 
-    model: str | os.PathLike = setting(help="Starting checkpoint (*ForSequenceClassification, one label), e.g. from "
-                         "`cheems init-model` or `cheems convert`")
+    model: str | os.PathLike = setting(help="Starting checkpoint: *ForSequenceClassification with one label for "
+                                       "bt (e.g. from `cheems init-model` or `cheems convert`), a causal LM for dual "
+                                       "and generative")
     train: list[str | os.PathLike] = setting(help="Training data (any cheems format)")
     output: str | os.PathLike = setting(help="Folder for checkpoints and the final model")
     eval: list[str | os.PathLike] = setting(default_factory=list, help="Ranked benchmarks to evaluate on")
@@ -68,6 +69,19 @@ class TrainConfig:
     lora_dropout: float = setting(0.05, min=0, lt=1, help="LoRA dropout")
     lora_target: str = setting("all-linear", nonempty=True, help="Modules given adapters: 'all-linear' or "
                                "comma-separated names such as q_proj,v_proj")
+    objective: str = setting("bt", choices=("bt", "dual", "generative"),
+                             help="bt: Bradley-Terry on a scalar head (the paper's); dual: a causal LM with a scalar "
+                             "head, (1 - lm_coef) * BT + lm_coef * the LM loss of each prompt's best response; "
+                             "generative: a causal LM trained to write the verdict token of a pairwise judge prompt")
+    lm_coef: float = setting(0.01, min=0, max=1, help="With --objective dual: the weight of the LM loss")
+    label_smoothing: float = setting(0.1, min=0, lt=1, help="With --objective generative: the probability mass "
+                                     "spread evenly over the verdicts")
+    judge_ties: bool = setting(False, help="With --objective generative: train tied pairs as a third verdict (C)")
+    judge_language: str = setting("zh", choices=("zh", "en"), help="With --objective generative: the language of "
+                                  "the judge prompt")
+    judge_template: str | os.PathLike | None = setting(None, default_text="the built-in template of "
+                                                       "--judge-language", help="With --objective generative: a "
+                                                       "judge template file (JSON, as the trained model saves it)")
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, overrides: dict | None = None) -> "TrainConfig":

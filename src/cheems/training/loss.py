@@ -1,13 +1,20 @@
-"""The reward-model loss of Cheems (paper §5, eq. 3-4).
+"""The reward-model losses: Cheems' Bradley-Terry loss (paper §5, eq. 3-4) and the dual-path
+objective that adds a language-model loss (Yang et al. 2024, "Regularizing Hidden States
+Enables Learning Generalizable Reward Model").
 
 Bradley–Terry over every ranked pair: the mean over pairs of ``-log sigmoid(r_w - r_l)``,
 plus ``reg_coef`` times the mean of ``r^2`` over the batch's responses, which keeps rewards
 centred near zero (the paper's regularisation, coefficient 0.1 by default).
+
+Dual path: one forward pass of a causal LM feeds both a scalar head (the rewards, trained by
+Bradley–Terry) and the LM head, whose token cross-entropy on the preferred responses keeps the
+hidden states good at text generation while the head learns preferences:
+``L = (1 - a) * L_BT + a * L_gen`` (`lm_loss`, `dual_loss`).
 """
 
 from __future__ import annotations
 
-__all__ = ["bradley_terry_loss"]
+__all__ = ["bradley_terry_loss", "dual_loss", "lm_loss"]
 
 
 def bradley_terry_loss(rewards, better, worse, reg_coef: float = 0.1):
@@ -32,3 +39,29 @@ def bradley_terry_loss(rewards, better, worse, reg_coef: float = 0.1):
     loss = pair_loss + reg_coef * reg
     return loss, {"pair_loss": pair_loss.item(), "reg": reg.item(), "accuracy": accuracy,
                   "pairs": int(better.numel())}
+
+
+def lm_loss(logits, targets):
+    """The LM loss ``L_gen``, Yang et al.'s (2024) SFT regulariser taken per token: the mean
+    token cross-entropy ``-1/m * sum_t log softmax(logits_t)[targets_t]`` over the ``m``
+    positions given.
+
+    ``logits``: float tensor (m, vocab), the LM head at the positions that predict a
+    preferred response's tokens (position t predicts token t + 1; prompt positions are never
+    given); ``targets``: long tensor (m,), the tokens predicted. Returns a 0-dim float32
+    tensor; with no position (m = 0) it is 0 and still depends on ``logits``, so every
+    process of a data-parallel run gives the LM head a gradient (of zeros).
+    """
+    import torch.nn.functional as F
+
+    if targets.numel() == 0:
+        return logits.float().sum() * 0.0
+    return F.cross_entropy(logits.float(), targets, reduction="mean")
+
+
+def dual_loss(bt_loss, gen_loss, lm_coef: float):
+    """The dual-path objective of Yang et al. (2024), their reward loss regularised by the
+    text-generation loss: ``(1 - a) * L_BT + a * L_gen`` with ``a = lm_coef`` in [0, 1];
+    ``bt_loss`` is `bradley_terry_loss`'s (its r^2 term included), ``gen_loss`` is
+    `lm_loss`'s. With a = 0 it is ``bt_loss`` itself, to the bit, and so are its gradients."""
+    return (1.0 - lm_coef) * bt_loss + lm_coef * gen_loss

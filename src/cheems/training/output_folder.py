@@ -1,13 +1,16 @@
 """What a training run writes to its output folder, and reads back to resume.
 
 - ``checkpoint-STEP/``: the model as a standard checkpoint (the LoRA adapter alone when
-  training LoRA), the tokenizer, ``trainer_state.json`` (step, epoch, config: readable) and
-  ``accelerate_state/`` (weights, optimizer, scheduler and RNG of every process). Written in a
-  temp folder and renamed; the last `KEEP_CHECKPOINTS` stay.
+  training LoRA; for the dual objective the causal LM with its scalar head beside it in
+  ``value_head.safetensors``, the v-head layout ``cheems score`` reads), the tokenizer,
+  ``trainer_state.json`` (step, epoch, config: readable) and ``accelerate_state/`` (weights,
+  optimizer, scheduler and RNG of every process). Written in a temp folder and renamed; the
+  last `KEEP_CHECKPOINTS` stay.
 - ``train_log.jsonl``: one JSON line per optimizer step (and TensorBoard under ``runs/`` when
   the ``tensorboard`` package is installed).
-- the final model (LoRA adapters merged in) and tokenizer in the folder itself, and
-  ``train_summary.json``.
+- the final model (LoRA adapters merged in) and tokenizer in the folder itself (for the dual
+  objective the scalar path, with the causal LM in ``generative/``: see
+  :func:`cheems.training.dual.export_dual_model`), and ``train_summary.json``.
 
 Saving and loading are collectives under ``accelerate``: every process calls them. Imports no
 torch at the top (the ``[train]`` extra is needed only when these functions run).
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -25,7 +29,8 @@ from cheems.training.config import TrainConfig
 
 __all__ = ["ACCELERATE_STATE_DIR", "CHECKPOINT_PREFIX", "KEEP_CHECKPOINTS", "LOG_FILE", "STATE_FILE", "SUMMARY_FILE",
            "RESUMABLE_CHANGES", "MetricsLog", "check_resume", "config_record", "list_checkpoints", "load_checkpoint",
-           "model_state", "read_state", "save_checkpoint", "save_final_model", "write_summary"]
+           "FINAL_MODEL_TEMP", "finished_summary", "model_state", "read_state", "save_checkpoint", "save_final_model",
+           "save_model_whole", "write_summary"]
 
 CHECKPOINT_PREFIX = "checkpoint-"
 KEEP_CHECKPOINTS = 2
@@ -50,9 +55,13 @@ def list_checkpoints(output: Path) -> list[tuple[int, Path]]:
 def model_state(accelerator, reward_model) -> dict:
     """The full weights of the wrapped model (gathered under ZeRO-3 / FSDP), keys as the
     inner model names them. A collective: every process calls it."""
+    return _inner_part(accelerator.get_state_dict(reward_model) or {})
+
+
+def _inner_part(state: dict) -> dict:
+    """The wrapped model's weights of ``state`` (the wrapper's whole state), keys as it names them."""
     prefix = "inner."
-    state = accelerator.get_state_dict(reward_model)
-    return {k[len(prefix):]: v for k, v in (state or {}).items() if k.startswith(prefix)}
+    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 
 
 def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_model, tokenizer,
@@ -60,8 +69,9 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
                     total_steps: int | None = None) -> None:
     """output/checkpoint-STEP, written in a temp folder and renamed; keeps the last two.
 
-    Holds the model as a standard checkpoint (the LoRA adapter alone when training LoRA),
-    the tokenizer, ``trainer_state.json`` and accelerate's state of every process (weights,
+    Holds the model as a standard checkpoint (the LoRA adapter alone when training LoRA; a
+    dual model's causal LM with its scalar head in ``value_head.safetensors``), the
+    tokenizer, ``trainer_state.json`` and accelerate's state of every process (weights,
     optimizer, scheduler, RNG) for ``resume``. Called by every process."""
     is_main = accelerator.is_main_process
     final = output / f"{CHECKPOINT_PREFIX}{step}"
@@ -72,11 +82,15 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
     accelerator.wait_for_everyone()
     try:
         accelerator.save_state(str(tmp / ACCELERATE_STATE_DIR))
-        state = model_state(accelerator, reward_model)
+        state = accelerator.get_state_dict(reward_model) or {}
         if is_main:
             inner = accelerator.unwrap_model(reward_model).inner
-            inner.save_pretrained(tmp, state_dict=state)
+            inner.save_pretrained(tmp, state_dict=_inner_part(state))
             tokenizer.save_pretrained(tmp)
+            if "score.weight" in state:  # a dual model's head, beside its causal LM (the v-head layout)
+                from cheems.training.dual import write_value_head
+
+                write_value_head(tmp, state["score.weight"])
             state_record = {"step": step, "epoch": epoch, "total_steps": total_steps,
                             "data_fingerprint": data_fingerprint, "config": config_record(config)}
             (tmp / STATE_FILE).write_text(json.dumps(state_record, ensure_ascii=False, indent=1), encoding="utf-8")
@@ -208,3 +222,48 @@ class MetricsLog:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+def finished_summary(config: TrainConfig, data_fingerprint: str) -> dict | None:
+    """With ``resume``: the summary of a run in ``config.output`` that already trained all its
+    steps (``already_finished`` set), after checking it was run with the same data and
+    settings; None when there is something left to train."""
+    output = Path(config.output)
+    summary_file = output / SUMMARY_FILE
+    if not config.resume or not summary_file.exists():
+        return None
+    try:
+        summary = json.loads(summary_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # no usable summary: resume from the checkpoints as usual
+    found = list_checkpoints(output)
+    if found:
+        check_resume(found[-1][1], config, data_fingerprint)
+    if not isinstance(summary, dict) or summary.get("steps") != summary.get("total_steps"):
+        return None
+    return {**summary, "already_finished": True}
+
+
+FINAL_MODEL_TEMP = ".final-model.tmp"
+"""The folder inside the output folder the final model is written to before it moves up."""
+
+
+def save_model_whole(accelerator, output: Path, write) -> None:
+    """``write(folder)`` (on every process: a ZeRO-3 save gathers the weights collectively) into
+    a temp folder inside ``output``, whose files then move up, the weights last: a save that
+    fails half-way (a full disk) leaves no model in ``output`` that looks whole, and no temp
+    folder. A subfolder (dual's ``generative/``) replaces one of an earlier run."""
+    tmp, main = Path(output) / FINAL_MODEL_TEMP, accelerator.is_main_process
+    if main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    try:
+        write(tmp)
+        if main:
+            for f in sorted(tmp.iterdir(), key=lambda f: f.suffix == ".safetensors"):
+                if f.is_dir():
+                    shutil.rmtree(Path(output) / f.name, ignore_errors=True)
+                os.replace(f, Path(output) / f.name)
+    finally:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)

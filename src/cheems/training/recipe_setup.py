@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cheems.io import files_fingerprint
-from cheems.models.checkpoints import load_classifier, load_tokenizer, quiet_transformers, require_torch
+from cheems.models.checkpoints import (load_classifier, load_tokenizer, quiet_transformers, require_torch,
+                                       unwrap_peft)
 from cheems.models.packing import use_packed_attention
 from cheems.models.sequences import DEFAULT_TOKEN_BUDGET
 from cheems.models.threads import use_available_cores
@@ -31,14 +32,14 @@ from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_se
                                            read_training_prompts)
 
 __all__ = ["DROPPED_WARNING_SHARE", "MISSING_EXTRA", "Notify", "TrainingRun", "epoch_batches", "load_for_training",
-           "setup_run", "step_groups", "token_budget_per_process"]
+           "make_accelerator", "setup_run", "step_groups", "token_budget_per_process", "with_lora"]
 
 MISSING_EXTRA = "training needs the models extra: pip install 'cheems[models]'"
 
 Notify = Callable[[str], None]
 
 
-def _accelerator(config: TrainConfig):
+def make_accelerator(config: TrainConfig):
     """The ``accelerate.Accelerator`` of this launch (CPU, one GPU, or the processes of
     ``accelerate launch``), DeepSpeed's micro batch set to ours. Refuses FSDP on CPU, several
     processes without a distributed backend, and LoRA under ZeRO-3."""
@@ -74,18 +75,24 @@ def _accelerator(config: TrainConfig):
 
 
 def load_for_training(path: str, *, gradient_checkpointing: bool, packing: bool = False, liger_kernels: bool = False,
-                      compile: bool = False):
-    """``(tokenizer, model)``: the starting checkpoint in float32 through the shared loader
-    (:func:`cheems.models.checkpoints.load_classifier`), checked to be a decoder with a
-    ``score`` head, with gradient checkpointing switched on when asked, the packed attention
-    with ``packing`` (:mod:`cheems.models.packing`), Liger's kernels and compiled decoder
-    layers when asked (:mod:`cheems.models.kernels`)."""
+                      compile: bool = False, objective: str = "bt"):
+    """``(tokenizer, model)``: the starting checkpoint in float32: for ``bt`` through the shared
+    loader (:func:`cheems.models.checkpoints.load_classifier`), checked to be a decoder with a
+    ``score`` head; for ``dual`` a causal LM (:func:`cheems.training.dual.load_causal_lm`),
+    whose scalar head `_prepare_optimisation` adds. Gradient checkpointing switched on when
+    asked, the packed attention with ``packing`` (:mod:`cheems.models.packing`), Liger's
+    kernels and compiled decoder layers when asked (:mod:`cheems.models.kernels`)."""
     with quiet_transformers():
         tokenizer = load_tokenizer(path)
-    model, _ = load_classifier(path, tokenizer, dtype="float32")
-    if not hasattr(model, "score") or not hasattr(model, getattr(model, "base_model_prefix", "") or "-"):
-        raise CheemsInputError("expected a decoder *ForSequenceClassification model with a 'score' head",
-                               file=str(path))
+    if objective == "dual":
+        from cheems.training.dual import load_causal_lm
+
+        model = load_causal_lm(path, tokenizer)
+    else:
+        model, _ = load_classifier(path, tokenizer, dtype="float32")
+        if not hasattr(model, "score") or not hasattr(model, getattr(model, "base_model_prefix", "") or "-"):
+            raise CheemsInputError("expected a decoder *ForSequenceClassification model with a 'score' head",
+                                   file=str(path))
     if gradient_checkpointing:
         model.config.use_cache = False
         # transformers 5 renamed it; older releases only have the first name
@@ -105,16 +112,21 @@ def load_for_training(path: str, *, gradient_checkpointing: bool, packing: bool 
     return tokenizer, model
 
 
-def _with_lora(model, config: TrainConfig):
-    """``model`` with LoRA adapters (peft) on ``config.lora_target``; the score head trains fully."""
+def with_lora(model, config: TrainConfig):
+    """``model`` with LoRA adapters (peft) on ``config.lora_target``. For ``bt`` the score head
+    trains fully; ``dual`` and ``generative`` adapt a causal LM (dual's score head sits outside
+    the peft model, beside it in `DualModel`; the LM head stays frozen, as every weight without
+    an adapter does)."""
     try:
         from peft import LoraConfig, TaskType, get_peft_model
     except ImportError:
         raise CheemsInputError("LoRA needs peft: pip install peft", field="lora_r") from None
     target = config.lora_target if config.lora_target == "all-linear" else \
         [t.strip() for t in config.lora_target.split(",") if t.strip()]
-    lora = LoraConfig(task_type=TaskType.SEQ_CLS, r=config.lora_r, lora_alpha=config.lora_alpha,
-                      lora_dropout=config.lora_dropout, target_modules=target, modules_to_save=["score"])
+    causal = config.objective in ("dual", "generative")
+    lora = LoraConfig(task_type=TaskType.CAUSAL_LM if causal else TaskType.SEQ_CLS, r=config.lora_r,
+                      lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout, target_modules=target,
+                      modules_to_save=None if causal else ["score"])
     try:
         return get_peft_model(model, lora)
     except ValueError as e:
@@ -154,14 +166,20 @@ def step_groups(batches: list[list[int]], gradient_accumulation: int) -> list[li
 
 def _prepare_optimisation(accelerator, model, config: TrainConfig, total_steps: int):
     """``(reward_model, optimizer, scheduler, trainable parameters)``: ``model`` wrapped as a
-    `RewardModel`, AdamW over its trainable weights and a cosine schedule with linear
-    warm-up, prepared by accelerate (the scheduler registered for checkpointing)."""
+    `RewardModel` (for ``dual`` a `DualModel` with a new scalar head), AdamW over its
+    trainable weights and a cosine schedule with linear warm-up, prepared by accelerate (the
+    scheduler registered for checkpointing)."""
     import torch
     from transformers import get_cosine_schedule_with_warmup
 
     from cheems.training.reward_model import RewardModel
 
-    reward_model = RewardModel(model)
+    if config.objective == "dual":
+        from cheems.training.dual import DualModel, new_score_head
+
+        reward_model = DualModel(model, new_score_head(unwrap_peft(model).config, seed=config.seed))
+    else:
+        reward_model = RewardModel(model)
     params = [p for p in reward_model.parameters() if p.requires_grad]
     trainable = sum(p.numel() for p in params)  # counted before ZeRO-3 partitions them
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
@@ -181,7 +199,7 @@ class TrainingRun:
     output: Path
     accelerator: Any  # accelerate.Accelerator
     tokenizer: Any
-    reward_model: Any  # RewardModel, prepared by accelerate (DDP / DeepSpeed / FSDP wrapped)
+    reward_model: Any  # RewardModel (DualModel for dual), prepared by accelerate (DDP / DeepSpeed / FSDP)
     optimizer: Any  # AdamW, prepared by accelerate
     scheduler: Any  # cosine with warm-up, stepped once per optimizer step
     data: TrainingData
@@ -204,6 +222,7 @@ class TrainingRun:
     eval_step: int = -1  # the step last_eval is of
     epoch_loss: list[float] = field(default_factory=list)  # each step's loss, the last epoch run
     epoch_right: list[tuple[int, int]] = field(default_factory=list)  # (pairs right, pairs) per step, idem
+    epoch_lm_loss: list[float] = field(default_factory=list)  # dual: each step's LM loss, idem
 
 
 DROPPED_WARNING_SHARE = 0.05
@@ -219,7 +238,7 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     torch = require_torch(MISSING_EXTRA)
     config.validate()
     output = Path(config.output)
-    accelerator = _accelerator(config)
+    accelerator = make_accelerator(config)
     if accelerator.device.type == "cpu":
         use_available_cores()  # torch's default is every core of the machine, busy or not
     start_step, resume_from = _resume_point(config, output)
@@ -229,11 +248,12 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     torch.manual_seed(config.seed)
     tokenizer, model = load_for_training(str(config.model), gradient_checkpointing=config.gradient_checkpointing,
                                          packing=config.packing, liger_kernels=config.liger_kernels,
-                                         compile=config.compile)
+                                         compile=config.compile, objective=config.objective)
     if config.lora_r:
-        model = _with_lora(model, config)
+        model = with_lora(model, config)
     prompts = read_training_prompts(config.train, skip_invalid=config.skip_invalid, notify=notify)
-    data = encode_training_data(prompts, tokenizer, max_length=config.max_length, truncate=config.truncate)
+    data = encode_training_data(prompts, tokenizer, max_length=config.max_length, truncate=config.truncate,
+                                lm_targets=config.objective == "dual")
     if notify is not None and data.dropped > DROPPED_WARNING_SHARE * data.n_sequences:
         notify(f"warning: {data.dropped} of {data.n_sequences} sequence(s) "
                f"({data.dropped / data.n_sequences:.1%}) are longer than max_length {config.max_length} tokens and "

@@ -1,4 +1,6 @@
-"""Train a Bradley-Terry reward model on partially ranked prompts (paper §5, Appendix F).
+"""Train a Bradley-Terry reward model on partially ranked prompts (paper §5, Appendix F), or
+with ``objective="dual"`` a dual-path one (a causal LM, its scalar head and its LM head trained
+together from one forward pass; :mod:`cheems.training.dual`).
 
 `train(config, progress)` is a recipe of three pieces: `setup_run` reads the training files,
 encodes every response through the tokenizer's chat template and builds the model, optimizer
@@ -33,9 +35,6 @@ Needs the ``[train]`` extra (torch, transformers, accelerate, pyyaml; peft for L
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -45,9 +44,9 @@ from typing import Callable, TypeVar
 from cheems.io import files_fingerprint, writes_into
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, evaluate_weights
-from cheems.training.loss import bradley_terry_loss
-from cheems.training.output_folder import (SUMMARY_FILE, check_resume, list_checkpoints, save_checkpoint,
-                                           save_final_model, write_summary)
+from cheems.training.loss import bradley_terry_loss, dual_loss, lm_loss
+from cheems.training.output_folder import (FINAL_MODEL_TEMP, finished_summary, save_checkpoint, save_final_model,
+                                           save_model_whole, write_summary)
 from cheems.training.recipe_setup import (DROPPED_WARNING_SHARE, MISSING_EXTRA, Notify, TrainingRun, epoch_batches,
                                           load_for_training, setup_run, step_groups, token_budget_per_process)
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
@@ -177,7 +176,7 @@ def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None,
     batches = run.first_batches if epoch == 0 else epoch_batches(run.data, config, accelerator.num_processes, epoch,
                                                                  run.token_budget)
     groups = step_groups(batches, config.gradient_accumulation)
-    run.epoch_loss, run.epoch_right = [], []
+    run.epoch_loss, run.epoch_right, run.epoch_lm_loss = [], [], []
     for g, group in enumerate(groups):
         if epoch * run.steps_per_epoch + g < run.step:
             continue  # done before the checkpoint we resumed from
@@ -200,15 +199,16 @@ def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None,
 
 def _optimizer_step(run: TrainingRun, group: list[list[int]], epoch_position: float) -> dict:
     """One optimizer step over the forward batches of ``group``: forward and backward each,
-    clip, AdamW, scheduler. Returns the step's ``loss``, ``pair_loss``, ``reg`` (means over
-    the batches), ``accuracy``, ``pairs``, ``lr`` and ``epoch`` (``epoch_position``)."""
-    sums = {"loss": 0.0, "pair_loss": 0.0, "reg": 0.0}
+    clip, AdamW, scheduler. Returns the step's ``loss``, ``pair_loss``, ``reg`` (and for dual
+    ``lm_loss``; means over the batches), ``accuracy``, ``pairs``, ``lr`` and ``epoch``
+    (``epoch_position``)."""
+    sums = {"loss": 0.0, "pair_loss": 0.0, "reg": 0.0} | ({"lm_loss": 0.0} if run.config.objective == "dual" else {})
     right = pairs = 0
     for batch in group:
         loss, terms = _forward_backward(run, batch)
         sums["loss"] += loss / len(group)
-        sums["pair_loss"] += terms["pair_loss"] / len(group)
-        sums["reg"] += terms["reg"] / len(group)
+        for k in sums.keys() - {"loss"}:
+            sums[k] += terms[k] / len(group)
         if terms["pairs"]:
             right += round(terms["accuracy"] * terms["pairs"])
             pairs += terms["pairs"]
@@ -219,35 +219,63 @@ def _optimizer_step(run: TrainingRun, group: list[list[int]], epoch_position: fl
     run.optimizer.zero_grad(set_to_none=True)
     run.step += 1
     run.epoch_loss.append(sums["loss"])
+    if "lm_loss" in sums:
+        run.epoch_lm_loss.append(sums["lm_loss"])
     if pairs:
         run.epoch_right.append((right, pairs))
     return {**sums, "accuracy": right / pairs if pairs else float("nan"), "pairs": pairs, "lr": lr,
             "epoch": epoch_position}
 
 
+def _lm_starts(parts: list[list[int]], rank: int, starts: list[int | None]) -> list[int | None]:
+    """The response starts (`TrainingData.response_starts`) of process ``rank``'s sequences, None
+    for a sequence another process (or an earlier place) holds too: only its first copy trains
+    the LM loss, as only its first copy's reward enters the pairs."""
+    seen = {i for part in parts[:rank] for i in part}
+    out = []
+    for i in parts[rank]:
+        out.append(None if i in seen else starts[i])
+        seen.add(i)
+    return out
+
+
 def _forward_backward(run: TrainingRun, batch: list[int]) -> tuple[float, dict]:
     """Forward and backward of one forward batch: this process scores its part, the rewards
     are gathered across processes, and the loss covers every pair inside the whole batch.
-    Returns the loss and `bradley_terry_loss`'s terms."""
+    For dual, the same forward gives the LM logits of this process's best responses, and the
+    loss is `dual_loss` of the two (the LM loss a mean over this process's tokens; the
+    data-parallel gradient average takes the mean over processes). Returns the loss and
+    `bradley_terry_loss`'s terms (and for dual ``lm_loss``, ``lm_tokens``)."""
     import torch
 
     from cheems.training.reward_model import gather_rewards
 
-    accelerator = run.accelerator
+    accelerator, dual = run.accelerator, run.config.objective == "dual"
     device, n_proc, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
     parts = _deal(batch, run.lengths, n_proc)
     first_copies, better, worse = _pairs_in(parts, run.data, run.where)
+    seqs = [run.data.ids[i] for i in parts[rank]]
     with accelerator.accumulate(run.reward_model):  # DDP syncs on the group's last batch only
         with accelerator.autocast():
-            rewards = batch_rewards(run.reward_model, [run.data.ids[i] for i in parts[rank]],
-                                    packing=run.config.packing, pad_id=run.tokenizer.pad_token_id,
-                                    device=device)  # (this process's part,)
+            if dual:
+                from cheems.training.dual import dual_outputs
+
+                rewards, logits, targets = dual_outputs(  # (part,), (tokens, vocab), (tokens,)
+                    run.reward_model, seqs, _lm_starts(parts, rank, run.data.response_starts),
+                    packing=run.config.packing, pad_id=run.tokenizer.pad_token_id, device=device)
+            else:
+                rewards = batch_rewards(run.reward_model, seqs, packing=run.config.packing,
+                                        pad_id=run.tokenizer.pad_token_id, device=device)  # (this process's part,)
         if n_proc > 1:
             rewards = gather_rewards(rewards, [len(p) for p in parts], rank)  # (whole batch,)
         rewards = rewards[torch.tensor(first_copies, dtype=torch.long, device=device)]
         loss, terms = bradley_terry_loss(rewards, torch.tensor(better, dtype=torch.long, device=device),
                                          torch.tensor(worse, dtype=torch.long, device=device),
                                          reg_coef=run.config.reg_coef)
+        if dual:
+            gen = lm_loss(logits, targets)
+            loss = dual_loss(loss, gen, run.config.lm_coef)
+            terms = {**terms, "lm_loss": gen.item(), "lm_tokens": int(targets.numel())}
         accelerator.backward(loss)  # scaled by 1 / gradient_accumulation
     run.trained_tokens += sum(run.lengths[i] for i in batch)
     return loss.item(), terms
@@ -274,54 +302,34 @@ def finish_run(run: TrainingRun, train_seconds: float) -> dict:
         "train_accuracy": right / pairs if run.epoch_right else None,
         "eval": run.last_eval, "output": str(run.output), "resumed_from": run.start_step or None,
     }
+    if config.objective == "dual":
+        from cheems.training.dual import GENERATIVE_DIR
+
+        summary |= {"objective": "dual", "lm_coef": config.lm_coef, "generative": str(run.output / GENERATIVE_DIR),
+                    "train_lm_loss": (sum(run.epoch_lm_loss) / len(run.epoch_lm_loss) if run.epoch_lm_loss
+                                      else None)}
     if run.accelerator.is_main_process:
         write_summary(run.output, summary)
     return summary
 
 
-FINAL_MODEL_TEMP = ".final-model.tmp"
-"""Where the final model is saved inside the output folder before its files are moved up."""
-
-
 def _save_final_model_whole(run: TrainingRun) -> None:
-    """The final model saved (`save_final_model`) into a temp folder inside the output folder,
-    its files then moved up: a save that fails half-way (a full disk) leaves no model in the
-    output folder that looks whole, and no temp folder."""
-    tmp, main = run.output / FINAL_MODEL_TEMP, run.accelerator.is_main_process
-    if main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    try:
-        save_final_model(run.accelerator, tmp, run.reward_model, run.tokenizer, merge_lora=bool(run.config.lora_r))
-        if main:
-            for f in sorted(tmp.iterdir(), key=lambda f: f.suffix == ".safetensors"):  # the weights last
-                os.replace(f, run.output / f.name)
-    finally:
-        if main:
-            shutil.rmtree(tmp, ignore_errors=True)
+    """The final model (`save_final_model`; for dual `export_dual_model`: the scalar path and
+    ``generative/``), saved whole or not at all (`save_model_whole`)."""
+    def write(folder: Path) -> None:
+        if run.config.objective == "dual":
+            from cheems.training.dual import export_dual_model
+
+            export_dual_model(run.accelerator, folder, run.reward_model, run.tokenizer,
+                              merge_lora=bool(run.config.lora_r))
+        else:
+            save_final_model(run.accelerator, folder, run.reward_model, run.tokenizer,
+                             merge_lora=bool(run.config.lora_r))
+
+    save_model_whole(run.accelerator, run.output, write)
 
 
 # ---------------------------------------------------------------------------- the recipe
-
-def finished_summary(config: TrainConfig, data_fingerprint: str) -> dict | None:
-    """With ``resume``: the summary of a run in ``config.output`` that already trained all its
-    steps (``already_finished`` set), after checking it was run with the same data and
-    settings; None when there is something left to train."""
-    output = Path(config.output)
-    summary_file = output / SUMMARY_FILE
-    if not config.resume or not summary_file.exists():
-        return None
-    try:
-        summary = json.loads(summary_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None  # no usable summary: resume from the checkpoints as usual
-    found = list_checkpoints(output)
-    if found:
-        check_resume(found[-1][1], config, data_fingerprint)
-    if not isinstance(summary, dict) or summary.get("steps") != summary.get("total_steps"):
-        return None
-    return {**summary, "already_finished": True}
-
 
 def train(config: TrainConfig, progress: Progress | None = None, notify: Notify | None = None) -> dict:
     """Train a reward model as ``config`` says; return a summary of the run.
@@ -348,8 +356,21 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     cannot be written (a full disk) is one CheemsInputError naming the output folder. With
     ``resume`` on a run that has already finished, nothing is trained: its summary comes back
     with ``already_finished``.
+
+    ``objective="dual"`` (`TrainConfig`) trains a causal LM with a scalar head on
+    ``(1 - lm_coef) * BT + lm_coef * L_gen`` (:mod:`cheems.training.dual`): the step stats
+    add ``lm_loss``; the summary adds ``objective``, ``lm_coef``, ``train_lm_loss`` (mean
+    over the last epoch) and ``generative``, the folder of the causal LM (the output folder
+    itself holds the scalar path, a standard ``*ForSequenceClassification`` checkpoint).
     """
     config.validate()
+    # the objectives: bt and dual run the recipe below (dual's forward and loss in
+    # _forward_backward, its export in _save_final_model_whole); an objective with a recipe
+    # of its own is sent to it here, before anything is read
+    if config.objective == "generative":
+        from cheems.training.generative import train_generative  # imports torch: only when asked for
+
+        return train_generative(config, progress, notify)
     data_fingerprint = files_fingerprint(config.train)  # read once: the checks of a resume need it
     done = finished_summary(config, data_fingerprint)
     if done is not None:

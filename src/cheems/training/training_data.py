@@ -4,6 +4,10 @@ the ranked eval benchmarks encoded for scoring.
 Every response goes through the tokenizer's chat template as one conversation
 (:func:`cheems.models.sequences.encode_conversations`), exactly as the scorers encode it, so a
 trained model scores at serving time the sequences it was trained on.
+
+For the dual objective each sequence of a prompt's best response also records where its
+response starts (`TrainingData.response_starts`): the LM loss trains on the tokens from there
+on, never on the prompt's (`response_start`, `preferred_responses`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from cheems.models.sequences import EncodeStats, encode_conversations
 from cheems.records import CheemsInputError, Prompt, identical_responses, preference_pairs
 
 __all__ = ["EvalSet", "Notify", "SKIPPED_SHOWN", "TrainingData", "encode_eval_set", "encode_training_data",
-           "notify_skipped", "read_training_prompts", "training_pairs"]
+           "notify_skipped", "preferred_responses", "read_training_prompts", "response_start", "training_pairs"]
 
 Notify = Callable[[str], None]
 SKIPPED_SHOWN = 10
@@ -30,7 +34,10 @@ class TrainingData:
 
     ``items[i] = (prompt_index, response_index, length)``, ``ids[i]`` its token ids;
     ``pairs_by_prompt[p]`` lists ``(better, worse)`` response indices of prompt p whose
-    sequences both survived the length limit.
+    sequences both survived the length limit. ``response_starts[i]`` (encoded with
+    ``lm_targets``, else None): for a sequence of one of its prompt's best responses
+    (`preferred_responses`), the position of its first response token, which the dual
+    objective's LM loss trains on from there to the end; None for every other sequence.
     """
 
     items: list[tuple[int, int, int]]
@@ -42,6 +49,7 @@ class TrainingData:
     dropped_pairs: int
     n_sequences: int = 0  # responses of prompts with pairs, encoded (kept + dropped)
     identical_pairs: int = 0  # pairs between responses of identical text, skipped (no signal)
+    response_starts: list[int | None] | None = None  # with lm_targets: see above
 
 
 def training_pairs(prompts: list[Prompt]) -> tuple[list[tuple[int, Prompt, list[tuple[str, str]]]], int]:
@@ -61,8 +69,60 @@ def training_pairs(prompts: list[Prompt]) -> tuple[list[tuple[int, Prompt, list[
     return judged, identical
 
 
-def encode_training_data(prompts: list[Prompt], tokenizer, *, max_length: int, truncate: bool) -> TrainingData:
-    """Encode the responses of every prompt that has training pairs (see `TrainingData`).
+def preferred_responses(pairs: list[tuple[str, str]]) -> set[str]:
+    """The best responses of a prompt by its ``(better, worse)`` training pairs: better in some
+    pair and worse in none. For a ranked prompt these are the responses ranked first (ties
+    included); for a compared one, those that win a comparison and never lose one (none when
+    every winner also loses somewhere, as in a cycle). O(pairs)."""
+    worse = {b for _, b in pairs}
+    return {a for a, _ in pairs if a not in worse}
+
+
+def response_start(prompt_ids: list[int], ids: list[int]) -> int:
+    """Where the response starts in ``ids`` (a conversation's tokens): the length of its common
+    prefix with ``prompt_ids``, the same conversation encoded with an empty response. The
+    prompt's tokens, and whatever the chat template writes before an assistant turn's text,
+    are that prefix; a token that merges the prompt's last characters with the response's
+    first belongs to the response. O(prefix)."""
+    n = min(len(prompt_ids), len(ids))
+    k = 0
+    while k < n and prompt_ids[k] == ids[k]:
+        k += 1
+    return k
+
+
+def _encode_responses(tokenizer, judged, *, max_length: int, truncate: bool, lm_targets: bool,
+                      stats: EncodeStats) -> list[tuple[list[int], int | None]]:
+    """``(token ids, response start or None)`` of every response of ``judged``, in order; with
+    ``truncate`` a sequence over ``max_length`` keeps its last tokens. With ``lm_targets`` the
+    best responses of each prompt (`preferred_responses`) get the position of their first
+    response token (`response_start`, 0 when truncation cut into the response)."""
+    convs = [(p.prompt, r.content) for _, p, _ in judged for r in p.responses]
+    if not lm_targets:
+        seqs = encode_conversations(tokenizer, convs, stats=stats, truncation="left",
+                                    max_length=max_length if truncate else 1 << 62)
+        return [(seq, None) for seq in seqs]
+    seqs = iter(encode_conversations(tokenizer, convs, stats=stats, truncation="left", max_length=1 << 62))
+    heads = encode_conversations(tokenizer, [(p.prompt, "") for _, p, _ in judged], stats=EncodeStats(),
+                                 truncation="left", max_length=1 << 62)
+    out = []
+    for (_, p, pairs), head in zip(judged, heads):
+        best = preferred_responses(pairs)
+        for r in p.responses:
+            seq = next(seqs)
+            start = response_start(head, seq)
+            if truncate and len(seq) > max_length:  # as encode_conversations cuts: the end kept
+                stats.truncated += 1
+                start -= len(seq) - max_length
+                seq = seq[-max_length:]
+            out.append((seq, max(0, start) if r.id in best else None))
+    return out
+
+
+def encode_training_data(prompts: list[Prompt], tokenizer, *, max_length: int, truncate: bool,
+                         lm_targets: bool = False) -> TrainingData:
+    """Encode the responses of every prompt that has training pairs (see `TrainingData`);
+    with ``lm_targets`` also where the best responses' tokens start (``response_starts``).
 
     Pairs between responses of identical text are skipped (``identical_pairs``). Raises
     CheemsInputError when nothing is left to train on: no rankings or comparisons, only ties
@@ -72,24 +132,24 @@ def encode_training_data(prompts: list[Prompt], tokenizer, *, max_length: int, t
     if not with_judgements:
         raise CheemsInputError("no training pairs: no prompt has a 'rank' or 'comparisons'", field="rank")
     encode_stats = EncodeStats()
-    items, ids, pairs_by_prompt = [], [], {}
+    items, ids, starts, pairs_by_prompt = [], [], [], {}
     n_pairs = dropped = dropped_pairs = n_sequences = 0
     judged, identical = training_pairs(prompts)
-    encoded = iter(encode_conversations(tokenizer, [(p.prompt, r.content) for _, p, _ in judged for r in p.responses],
-                                        stats=encode_stats, truncation="left",
-                                        max_length=max_length if truncate else 1 << 62))
+    encoded = iter(_encode_responses(tokenizer, judged, max_length=max_length, truncate=truncate,
+                                     lm_targets=lm_targets, stats=encode_stats))
     for pi, p, pairs in judged:
         index = {r.id: k for k, r in enumerate(p.responses)}
         kept: set[int] = set()
         for k, r in enumerate(p.responses):
             n_sequences += 1
-            seq = next(encoded)
+            seq, start = next(encoded)
             if len(seq) > max_length:
                 dropped += 1
                 continue
             kept.add(k)
             items.append((pi, k, len(seq)))
             ids.append(seq)
+            starts.append(start)
         usable = [(index[a], index[b]) for a, b in pairs if index[a] in kept and index[b] in kept]
         dropped_pairs += len(pairs) - len(usable)
         if usable:
@@ -107,7 +167,8 @@ def encode_training_data(prompts: list[Prompt], tokenizer, *, max_length: int, t
     # sequences of prompts whose pairs all went with dropped responses would train only the regulariser
     keep = [i for i, (pi, _, _) in enumerate(items) if pi in pairs_by_prompt]
     return TrainingData([items[i] for i in keep], [ids[i] for i in keep], pairs_by_prompt, n_pairs,
-                        dropped, encode_stats.truncated, dropped_pairs, n_sequences, identical)
+                        dropped, encode_stats.truncated, dropped_pairs, n_sequences, identical,
+                        [starts[i] for i in keep] if lm_targets else None)
 
 
 def read_training_prompts(paths: list[str], *, skip_invalid: bool = False,
