@@ -17,6 +17,7 @@ from cheems.cli.flags import build_settings, settings_flags
 from cheems.formats import RepeatedRows
 from cheems.records import CheemsInputError, identical_responses
 from cheems.scoring.bench_judge import JudgeConfig
+from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
 
 __all__ = ["Baseline", "Ties", "eval_", "print_row_notes", "score"]
@@ -40,17 +41,22 @@ class Ties(str, Enum):
 @reports_input_errors
 @settings_flags(JudgeConfig, into="judge_flags", only=JUDGE_FLAGS, when="--judge", plain=("model",),
                 names={"model": "--judge", "cache_path": "--cache"})
-@settings_flags(ModelSettings, into="model_flags", when="--model", plain=("backend", "trust_remote_code"))
+@settings_flags(JudgeModelSettings, into="local_flags", only=("language", "ties"), when="--judge-model",
+                names={"language": "--judge-language", "ties": "--judge-ties"})
+@settings_flags(ModelSettings, into="model_flags", when="--model or --judge-model",
+                plain=("backend", "trust_remote_code"))
 def eval_(
     bench: List[Path] = typer.Argument(..., help="Benchmark files (rows with rank); a file's stem "
                                        "names the subset of rows without a 'subset' field."),
     scores: Optional[Path] = typer.Option(None, "--scores", help="SCORES file: rows {prompt_id, response_id, score}."),
     scorer: Optional[Baseline] = typer.Option(None, "--scorer", help="A baseline scorer instead of a scores file."),
     model: Optional[Path] = typer.Option(None, "--model", help="Score with this reward model folder."),
+    judge_model: Optional[Path] = typer.Option(None, "--judge-model", help="Judge every pair with this local causal "
+                                               "LM folder, by its next-token verdict probabilities (no sampling)."),
     judge_backend: str = typer.Option("api", help="With --judge: api (an endpoint at --api-base) or vllm "
                                       "(--judge is a local model folder, run offline on the GPU)."),
-    one_order: bool = typer.Option(False, "--one-order", help="With --judge: one random order per pair "
-                                   "(seeded by --seed), as the official evaluator; default is both orders."),
+    one_order: bool = typer.Option(False, "--one-order", help="With --judge or --judge-model: one random order per "
+                                   "pair (seeded by --seed), as the official evaluator; default is both orders."),
     json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON."),
     ties: Ties = typer.Option(Ties.official, help="official: a tied pair counts wrong for Accuracy but breaks "
                               "Exact Match only when some pair is strictly reversed (the official evaluator); "
@@ -62,25 +68,47 @@ def eval_(
                                 "(default: every row is an item, as the benchmarks' own evaluators count)."),
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
     name: Optional[str] = typer.Option(None, "--name", help="The model's name in the report (default: its source)."),
-    model_flags: dict = None, judge_flags: dict = None,
+    model_flags: dict = None, judge_flags: dict = None, local_flags: dict = None,
 ):
     """Accuracy, Exact Match and Overall of a scorer on CheemsBench-style files (paper §3.3)."""
-    from cheems.io import check_outputs, sidecar
     from cheems.scoring.evaluate import evaluate_benchmark
+
+    bench, items_out = _checked_paths(bench, json_out, bootstrap, [scores, judge_flags.get("cache_path")])
+    local = _judge_model_settings(judge_model, local_flags, one_order, [model, scores, scorer, judge_flags])
+    judge, generate = _judge_config(judge_flags, judge_backend, one_order, seed, model_flags)
+    settings = build_settings(ModelSettings, model_flags)
+    label = "judging" if judge or local else "scoring" if model is not None else None
+    with (progress(label) if label else contextlib.nullcontext(None)) as bar:
+        result = evaluate_benchmark(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
+                                    model_settings=settings, judge=judge, generate=generate, judge_model=judge_model,
+                                    judge_settings=local, n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid,
+                                    progress=bar, notify=err.print, ties=ties.value, fmt=fmt, dedupe=dedupe, name=name)
+    _print_evaluation(result, json_out, items_out, judge is not None or local is not None)
+
+
+def _checked_paths(bench: list[Path], json_out: Path | None, bootstrap: int, inputs: list) -> tuple[list, Path | None]:
+    """(benchmark files, items file beside --json) after checking --bootstrap and that no
+    output overwrites an input."""
+    from cheems.io import check_outputs, sidecar
 
     if bootstrap < 0:
         raise CheemsInputError(f"must be 0 (no bootstrap) or more resamples, got {bootstrap}", field="--bootstrap")
     bench, items_out = data_paths(bench), (sidecar(json_out, "items") if json_out else None)
-    check_outputs([json_out, items_out], [*bench, scores, judge_flags.get("cache_path")])
-    judge, generate = _judge_config(judge_flags, judge_backend, one_order, seed, model_flags)
-    settings = build_settings(ModelSettings, model_flags)
-    label = "judging" if judge is not None else "scoring" if model is not None else None
-    with (progress(label) if label else contextlib.nullcontext(None)) as bar:
-        result = evaluate_benchmark(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
-                                    model_settings=settings, judge=judge, generate=generate,
-                                    n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
-                                    notify=err.print, ties=ties.value, fmt=fmt, dedupe=dedupe, name=name)
-    _print_evaluation(result, json_out, items_out, judge is not None)
+    check_outputs([json_out, items_out], [*bench, *inputs])
+    return bench, items_out
+
+
+def _judge_model_settings(judge_model: Path | None, local_flags: dict, one_order: bool,
+                          other_scorers: list) -> JudgeModelSettings | None:
+    """The settings of `eval --judge-model` (None without it); refused beside another scorer."""
+    settings = build_settings(JudgeModelSettings, {**local_flags, "both_orders": not one_order})
+    if judge_model is None:
+        if local_flags:
+            raise CheemsInputError("--judge-language and --judge-ties go with --judge-model DIR")
+        return None
+    if any(other_scorers):
+        raise CheemsInputError("--judge-model is the scorer itself; leave out --model, --judge, --scores and --scorer")
+    return settings
 
 
 def _judge_config(judge_flags: dict, judge_backend: str, one_order: bool, seed: int, model_flags: dict):

@@ -39,7 +39,8 @@ from cheems.scoring.judge_prompt import TEMPLATE_VERSION, build_messages, parse_
 from cheems.settings import check_settings, setting
 
 __all__ = ["ORDERS", "Generate", "JudgeConfig", "Judgement", "first_position_rate", "judge_bench", "judge_items",
-           "judge_bench_async", "judge_report", "plan_judgements", "run_judgements"]
+           "judge_bench_async", "judge_report", "judgement_report", "order_plan", "plan_judgements",
+           "run_judgements"]
 
 ORDERS = ("ab", "ba")
 
@@ -113,13 +114,18 @@ class Judgement:
 
 
 def plan_judgements(prompts: list[Prompt], config: JudgeConfig) -> list[Judgement]:
+    """Every (pair, order) to judge as ``config`` says: :func:`order_plan`."""
+    return order_plan(prompts, both_orders=config.both_orders, seed=config.seed)
+
+
+def order_plan(prompts: list[Prompt], *, both_orders: bool, seed: int) -> list[Judgement]:
     """Every (pair, order) to judge, in prompt order then :func:`ranked_pairs` order.
 
     With ``both_orders`` each pair is judged as "ab" and "ba"; otherwise one order per pair
-    is drawn by ``random.Random(config.seed).choice(("ab", "ba"))``, one draw per pair in
-    that sequence, so the same seed reproduces the same orders. O(total pairs).
+    is drawn by ``random.Random(seed).choice(("ab", "ba"))``, one draw per pair in that
+    sequence, so the same seed reproduces the same orders. O(total pairs).
     """
-    rng = random.Random(config.seed)
+    rng = random.Random(seed)
     plan = []
     for i, p in enumerate(prompts):
         if p.rank is None:
@@ -127,7 +133,7 @@ def plan_judgements(prompts: list[Prompt], config: JudgeConfig) -> list[Judgemen
         position = {r.id: k for k, r in enumerate(p.responses)}
         for better, worse in ranked_pairs(p.rank):
             first, second = sorted((better, worse), key=position.__getitem__)
-            orders = ORDERS if config.both_orders else (rng.choice(ORDERS),)
+            orders = ORDERS if both_orders else (rng.choice(ORDERS),)
             plan.extend(Judgement(i, first, second, better, order) for order in orders)
     return plan
 
@@ -317,13 +323,23 @@ def judge_report(prompts: list[Prompt], plan: list[Judgement], config: JudgeConf
     verdicts pick the same response, or both C; None without such pairs),
     ``consistency_pairs`` (how many pairs that is), ``first_position_rate`` (share of A/B
     verdicts that chose 回答A; 0.5 is unbiased), ``judgements`` ((pair, order) count),
+    ``tie_verdicts`` (C verdicts, wrong on a ranked pair),
     ``unparseable`` (replies without a verdict), ``truncated`` (replies cut off by
     ``max_tokens``), ``errors`` (requests failed for good),
     ``requests`` (HTTP requests sent this run, retries included), ``cached`` (judgements
     answered from the cache), and ``pairs``: per pair, each order's verdict, chosen response
     id ("tie", or None), correctness, cache hit and error, plus the raw reply of unparseable ones.
     """
-    names = list(ORDERS) if config.both_orders else ["random"]
+    return judgement_report(prompts, plan, model=config.model, template=TEMPLATE_VERSION,
+                            both_orders=config.both_orders, seed=config.seed, stats=stats, n_bootstrap=n_bootstrap)
+
+
+def judgement_report(prompts: list[Prompt], plan: list[Judgement], *, model: str, template: str, both_orders: bool,
+                     seed: int, stats: dict, n_bootstrap: int = 1000) -> dict:
+    """The report of :func:`judge_report` from judgements whose verdicts are set, whichever
+    judge gave them (an endpoint, or a local model's verdict probabilities); ``tie_verdicts``
+    counts the C verdicts."""
+    names = list(ORDERS) if both_orders else ["random"]
     orders = {}
     for name in names:
         n_comp = np.zeros(len(prompts), np.int64)
@@ -332,9 +348,8 @@ def judge_report(prompts: list[Prompt], plan: list[Judgement], config: JudgeConf
             if name == "random" or j.order == name:
                 n_comp[j.prompt_index] += 1
                 n_right[j.prompt_index] += j.correct
-        orders[name] = evaluate_outcomes(prompts, Outcomes(n_comp, n_right), n_bootstrap=n_bootstrap,
-                                         seed=config.seed)
-    report = {"model": config.model, "template": TEMPLATE_VERSION}
+        orders[name] = evaluate_outcomes(prompts, Outcomes(n_comp, n_right), n_bootstrap=n_bootstrap, seed=seed)
+    report = {"model": model, "template": template}
     report.update(_mean_reports(list(orders.values())))
     report["orders"] = orders
 
@@ -357,6 +372,7 @@ def judge_report(prompts: list[Prompt], plan: list[Judgement], config: JudgeConf
         consistency_pairs=len(both),
         first_position_rate=first_position_rate(plan),
         judgements=len(plan),
+        tie_verdicts=sum(j.verdict == "C" for j in plan),
         unparseable=sum(j.verdict is None and j.error is None for j in plan),
         truncated=sum(j.finish_reason == "length" for j in plan),
         errors=sum(j.error is not None for j in plan),

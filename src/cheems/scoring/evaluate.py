@@ -2,7 +2,8 @@
 
 The scorer is one of: a scores file (rows ``{prompt_id, response_id, score}``), a baseline
 (``length`` or ``random``), a reward model folder (transformers or vLLM, see
-:class:`ModelSettings`), or an LLM judge (:class:`~cheems.scoring.bench_judge.JudgeConfig`).
+:class:`ModelSettings`), an LLM judge (:class:`~cheems.scoring.bench_judge.JudgeConfig`), or a
+local causal LM read as a judge (:mod:`cheems.scoring.local_judge`).
 The result is the CheemsBench report of :func:`cheems.metrics.evaluate` (the judge's report
 adds per-order results and position consistency, see
 :func:`cheems.scoring.bench_judge.judge_report`).
@@ -50,12 +51,15 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
                        model_settings: ModelSettings | None = None, judge=None, generate=None,
                        n_bootstrap: int = 1000, seed: int = 0, skip_invalid: bool = False, ties: str = "official",
                        fmt: str | None = None, dedupe: bool = False, progress: Progress | None = None,
-                       notify: Notify | None = None, name: str | None = None) -> Evaluation:
+                       notify: Notify | None = None, name: str | None = None,
+                       judge_model: str | os.PathLike | None = None, judge_settings=None) -> Evaluation:
     """Accuracy, Exact Match and Overall (paper §3.3) of one scorer on benchmark files.
 
     Give exactly one of ``scores``, ``baseline`` (``length``/``random``, seeded by ``seed``),
-    ``model`` (with ``model_settings``) or ``judge`` (a JudgeConfig; ``generate`` answers
-    offline instead of its endpoint). A file's stem names the subset of its rows without one.
+    ``model`` (with ``model_settings``), ``judge`` (a JudgeConfig; ``generate`` answers
+    offline instead of its endpoint) or ``judge_model`` (a causal LM folder judging pairs by
+    its verdict probabilities, run as ``model_settings`` say, judging as ``judge_settings``
+    (a :class:`~cheems.scoring.local_judge.JudgeModelSettings`) say). A file's stem names the subset of its rows without one.
     ``fmt`` forces a row format (see :data:`cheems.formats.FORMAT_NAMES`; default: detected per
     row). Every row is an item, as the benchmarks' own evaluators count them; rows under an
     earlier row's id are keyed ``id#n`` (``repeated``, :func:`cheems.benchmark.read_benchmark`),
@@ -74,13 +78,10 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
         raise CheemsInputError("must not be empty", field="--name")
     if not is_integer(n_bootstrap) or n_bootstrap < 0:
         raise CheemsInputError(f"must be an integer >= 0 (0: no bootstrap), got {n_bootstrap!r}", field="n_bootstrap")
-    if sum(x is not None for x in (scores, baseline, model, judge)) != 1:
-        raise CheemsInputError("give exactly one of --scores FILE, --scorer length|random, --model DIR "
-                               "or --judge MODEL --api-base URL")
-    if model is not None and (model_settings or ModelSettings()).backend == "transformers":
-        from cheems.models.checkpoints import check_model_folder
-
-        check_model_folder(model)  # before reading the benchmark
+    if sum(x is not None for x in (scores, baseline, model, judge, judge_model)) != 1:
+        raise CheemsInputError("give exactly one of --scores FILE, --scorer length|random, --model DIR, "
+                               "--judge MODEL --api-base URL or --judge-model DIR")
+    _check_folder(model, judge_model, model_settings or ModelSettings())  # before reading the benchmark
     res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, require_rank=True, fmt=fmt,
                                    empty="no valid prompts to evaluate", dedupe=dedupe)
     evaluation = Evaluation({}, res.errors, repeated=repeated,
@@ -92,6 +93,12 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
         report = judge_bench(res.prompts, judge, progress, n_bootstrap=n_bootstrap, generate=generate)
         evaluation.items = judge_items(res.prompts, report)
         default_name = judge.model
+    elif judge_model is not None:
+        report, evaluation.items, evaluation.encoding = _judge_locally(
+            res.prompts, judge_model, model_settings or ModelSettings(), judge_settings, name, n_bootstrap, seed,
+            progress, notify)
+        evaluation.truncation = "left"
+        default_name = Path(judge_model).name
     elif scores is not None:
         try:
             score_map = read_scores(scores)
@@ -110,7 +117,7 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
         report, evaluation.items = evaluate_scores(res.prompts, BASELINES[baseline](res.prompts, seed=seed), **stats)
         default_name = baseline
     report["kind"] = "eval"
-    report["scorer"] = "generative" if judge is not None else "discriminative"
+    report["scorer"] = "generative" if judge is not None or judge_model is not None else "discriminative"
     report["benchmark"] = benchmark_fingerprint(res.prompts)
     report["model"] = name or default_name
     report["ties"] = ties
@@ -118,3 +125,42 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
                       "exact_repeats": repeated.exact, "deduped": repeated.dropped}
     evaluation.report = report
     return evaluation
+
+
+def _check_folder(model, judge_model, settings: ModelSettings) -> None:
+    """The reward model folder, or the judge's causal LM folder, checked whole before any work."""
+    if model is not None and settings.backend == "transformers":
+        from cheems.models.checkpoints import check_model_folder
+
+        check_model_folder(model)
+    if judge_model is not None:
+        from cheems.scoring.local_judge import check_causal_lm_folder
+
+        check_causal_lm_folder(judge_model)
+
+
+def _judge_locally(prompts, path, settings: ModelSettings, judge_settings, name: str | None, n_bootstrap: int,
+                   seed: int, progress: Progress | None, notify: Notify | None) -> tuple[dict, list[dict], object]:
+    """(report, items, encoding counts) of a local causal LM judging every ranked pair."""
+    from cheems.scoring.local_judge import (JudgeModelSettings, check_judge_batch_invariance, judge_bench_locally,
+                                            load_judge_model)
+
+    js, say = judge_settings or JudgeModelSettings(), notify or (lambda line: None)
+    if settings.truncation != "left":
+        raise CheemsInputError("a judge prompt keeps its end (the verdict question): leave out --truncation right",
+                               field="--truncation")
+    say(f"loading {path} ...")
+    judge = load_judge_model(path, settings, language=js.language)
+    if settings.check:
+        exact = settings.backend == "transformers" and str(judge.model.dtype) == "torch.float32"
+        check = check_judge_batch_invariance(judge, prompts, ties=js.ties, token_budget=settings.token_budget,
+                                             batch_size=settings.batch_size, tolerance=1e-5 if exact else 1e-2)
+        line = (f"batch invariance: {check['n']} judge prompts alone vs in batches, max |diff| of the verdict "
+                f"probabilities {check['max_abs_diff']:.2e} (tolerance {check['tolerance']:.0e})")
+        if not check["ok"]:
+            raise CheemsInputError(line + ": verdicts depend on batching")
+        say(line + ": ok")
+    report, items = judge_bench_locally(prompts, judge, ties=js.ties, both_orders=js.both_orders, seed=seed,
+                                        token_budget=settings.token_budget, batch_size=settings.batch_size,
+                                        n_bootstrap=n_bootstrap, name=name or Path(path).name, progress=progress)
+    return report, items, judge.stats
