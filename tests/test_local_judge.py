@@ -208,6 +208,16 @@ def test_eval_judge_model_one_order_and_ties(tmp_path, run_cli, causal_lm_model)
     assert report["tie_verdicts"] == sum(p["choice"] == "tie" for p in report["pairs"])
 
 
+def test_a_model_trained_with_ties_judges_with_the_tie_verdict(tmp_path, run_cli, causal_lm_model):
+    bench = _bench(tmp_path)
+    folder = copy_checkpoint(causal_lm_model, tmp_path / "tied-judge")
+    save_verdict_template(replace(verdict_template("zh"), ties=True), folder)
+    r = run_cli("eval", bench, "--judge-model", folder, "--json", "tied.json", "--bootstrap", "0", "--max-length", "512")
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "tied.json").read_text(encoding="utf-8"))
+    assert report["judge_ties"] and set(report["pairs"][0]["probabilities"]) == {"first", "second", "tie"}
+
+
 @pytest.mark.parametrize("extra, message", [
     (("--model", "m"), "--judge-model is the scorer itself"),
     (("--scorer", "length"), "--judge-model is the scorer itself"),

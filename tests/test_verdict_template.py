@@ -47,7 +47,7 @@ def test_history_and_question_of_a_chat():
 
 
 def test_save_and_load_round_trip(tmp_path: Path):
-    custom = replace(verdict_template("en"), closing="Answer A, B or C.", version="mine")
+    custom = replace(verdict_template("en"), closing="Answer A, B or C.", version="mine", ties=True)
     save_verdict_template(custom, tmp_path)
     assert load_verdict_template(tmp_path) == custom
     assert load_verdict_template(tmp_path / TEMPLATE_FILE) == custom

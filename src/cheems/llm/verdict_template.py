@@ -64,7 +64,8 @@ class VerdictTemplate:
     may hold ``{tag}``, the boundary tag); the material follows in fenced blocks named by
     ``names`` (history, question, response_a, response_b); ``closing`` (with ties) or
     ``closing_no_tie`` ends it, asking for the verdict letter alone. ``verdicts`` are the
-    letters, best-first order meaning: A better, B better, C a tie."""
+    letters, best-first order meaning: A better, B better, C a tie. ``ties`` records, in a
+    trained model's folder, whether it learnt the tie verdict (None: not known)."""
 
     language: str
     system: str
@@ -75,6 +76,7 @@ class VerdictTemplate:
     roles: dict[str, str] = field(default_factory=dict)
     verdicts: tuple[str, ...] = ("A", "B", "C")
     version: str = "cheems-verdict-v1"
+    ties: bool | None = None  # whether the model that keeps this template was trained with the tie verdict
 
     def letters(self, ties: bool) -> tuple[str, ...]:
         """The verdict letters a judgement may take: A and B, and C with ``ties``."""
@@ -188,6 +190,10 @@ def load_verdict_template(path: str | os.PathLike) -> VerdictTemplate:
     roles = data.get("roles") or {}
     if not isinstance(roles, dict):
         raise CheemsInputError("must be an object {role: name}", file=str(path), field="roles")
+    ties = data.get("ties")
+    if ties is not None and not isinstance(ties, bool):
+        raise CheemsInputError("must be true, false or null", file=str(path), field="ties")
     return VerdictTemplate(language=data["language"], system=data["system"], instruction=data["instruction"],
                            closing=data["closing"], closing_no_tie=data["closing_no_tie"], names=dict(names),
-                           roles=dict(roles), verdicts=tuple(verdicts), version=str(data.get("version", "custom")))
+                           roles=dict(roles), verdicts=tuple(verdicts), version=str(data.get("version", "custom")),
+                           ties=ties)

@@ -12,7 +12,7 @@ adds per-order results and position consistency, see
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -151,6 +151,8 @@ def _judge_locally(prompts, path, settings: ModelSettings, judge_settings, name:
                                field="--truncation")
     say(f"loading {path} ...")
     judge = load_judge_model(path, settings, language=js.language)
+    if judge.template.ties and not js.ties:  # a model trained with the tie verdict judges with it
+        js = replace(js, ties=True)
     if settings.check:
         exact = settings.backend == "transformers" and str(judge.model.dtype) == "torch.float32"
         check = check_judge_batch_invariance(judge, prompts, ties=js.ties, token_budget=settings.token_budget,

@@ -63,7 +63,8 @@ class JudgeModelSettings:
     language: str | None = setting(None, choices=JUDGE_LANGUAGES, choice_name="judge language",
                                    default_text="the model's judge_template.json, else zh",
                                    help="Language of the built-in judge template (zh or en)")
-    ties: bool = setting(False, help="Offer a tie verdict (C); on a ranked pair it counts wrong")
+    ties: bool = setting(False, default_text="on for a model trained with ties (its judge_template.json says)",
+                         help="Offer a tie verdict (C); on a ranked pair it counts wrong")
     both_orders: bool = setting(True, help="Judge each pair in both orders and average the verdict probabilities "
                                 "(False: one seeded random order per pair, as the API judges)")
 

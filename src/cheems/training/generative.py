@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -361,7 +361,8 @@ def train_generative_epoch(run: GenerativeRun, epoch: int, progress: Progress | 
             save_checkpoint(accelerator, run.output, run.step, epoch, run.model, run.tokenizer, config,
                             data_fingerprint=run.data_fingerprint, total_steps=run.total_steps)
             if accelerator.is_main_process:  # a checkpoint is a judge of its own
-                save_verdict_template(run.template, run.output / f"checkpoint-{run.step}")
+                save_verdict_template(replace(run.template, ties=run.config.judge_ties),
+                                      run.output / f"checkpoint-{run.step}")
         if progress and accelerator.is_main_process:
             progress(run.step, run.total_steps, stats)
 
@@ -426,7 +427,7 @@ def _save_judge_whole(run: GenerativeRun) -> None:
     def write(folder: Path) -> None:
         save_final_model(run.accelerator, folder, run.model, run.tokenizer, merge_lora=bool(run.config.lora_r))
         if run.accelerator.is_main_process:
-            save_verdict_template(run.template, folder)
+            save_verdict_template(replace(run.template, ties=run.config.judge_ties), folder)
 
     save_model_whole(run.accelerator, run.output, write)
 
