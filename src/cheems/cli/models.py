@@ -84,6 +84,8 @@ def init_model_cmd(
     tokenizer_from: List[Path] = typer.Option(..., "--tokenizer-from", help="Texts to train the tokenizer on: "
                                               ".txt files (one text per line) or any cheems data file."),
     size: str = typer.Option("tiny", help="tiny (2 layers, 64 wide) or small (4 layers, 256 wide)."),
+    head: str = typer.Option("seq-cls", help="seq-cls: a one-label reward model (--objective bt); causal-lm: a "
+                             "causal LM (--objective dual or generative, --judge-model)."),
     vocab_size: int = typer.Option(3000, help="Tokenizer vocabulary size."),
     seed: int = typer.Option(0, help="Seed of the random weights."),
     skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows of data files instead of "
@@ -96,12 +98,14 @@ def init_model_cmd(
     check_output_folder(output, tokenizer_from)
     if size not in SIZES:
         raise CheemsInputError(f"unknown size {size!r}; choose from {', '.join(SIZES)}", field="size")
+    if head not in ("seq-cls", "causal-lm"):
+        raise CheemsInputError(f"unknown head {head!r}; choose seq-cls or causal-lm", field="--head")
     skipped: list[CheemsInputError] = []
     texts = tokenizer_texts(tokenizer_from, skip_invalid=skip_invalid, errors=skipped)
     print_skipped(skipped)
-    init_model(output, texts, size=size, seed=seed, vocab_size=vocab_size)
-    out.print(f"wrote a {size} reward model (random weights) and a tokenizer trained on {len(texts)} texts "
-              f"-> {output}")
+    init_model(output, texts, size=size, seed=seed, vocab_size=vocab_size, head=head)
+    what = "reward model" if head == "seq-cls" else "causal LM"
+    out.print(f"wrote a {size} {what} (random weights) and a tokenizer trained on {len(texts)} texts -> {output}")
 
 
 @app.command()
