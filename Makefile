@@ -42,6 +42,8 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench_distant_supervision.py
 	$(BIN)/python benchmarks/bench_big_prompt.py
 	$(BIN)/python benchmarks/bench_catalog.py
+	$(BIN)/python benchmarks/bench_objectives.py
+	$(BIN)/python benchmarks/bench_local_judge.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -15,6 +15,7 @@ from cheems.curation.sample import SampleConfig
 from cheems.curation.stages import ResolveSettings
 from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
+from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
 
 __all__ = ["analyze_app", "curate_app"]
@@ -84,30 +85,65 @@ def filter_(
     _done(report, "filtered")
 
 
+LOCAL_JUDGE_RUN = ("backend", "device", "dtype", "max_length", "batch_size", "token_budget", "packing", "share_prefix")
+"""The ModelSettings `curate judge --judge-model` takes as flags."""
+
+
 @curate_app.command("judge")
 @reports_input_errors
 @settings_flags(JudgeConfig, into="judge_flags", names={"model": "--judge", "cache_path": "--cache"},
                 only=("model", "api_base", "api_key", "concurrency", "timeout", "max_retries", "max_reply_bytes",
                       "seed", "cache_path"))
+@settings_flags(JudgeModelSettings, into="local_flags", only=("language", "ties"), when="--judge-model",
+                names={"language": "--judge-language", "ties": "--judge-ties"})
+@settings_flags(ModelSettings, into="model_flags", only=LOCAL_JUDGE_RUN, when="--judge-model")
 def judge(
     inputs: List[Path] = typer.Argument(..., help="Prompts with responses (e.g. the filter stage's output)."),
     output: Path = typer.Option(..., "-o", "--output", help="The same prompts with the judge's comparisons."),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     both_orders: bool = typer.Option(False, "--both-orders", help="Judge every pair in both orders "
                                      "(default: one random order per pair, as the paper)."),
+    judge_model: Optional[Path] = typer.Option(None, "--judge-model", help="Judge with this local causal LM folder "
+                                               "instead of an API: each pair by its verdict probabilities, averaged "
+                                               "over both orders (resumable from OUT.verdicts.jsonl)."),
     judge_backend: str = typer.Option("api", help="api or vllm (GPU, offline)."),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="With vllm: allow model code."),
-    judge_flags: dict = None,
+    judge_flags: dict = None, local_flags: dict = None, model_flags: dict = None,
 ):
     """Compare all C(N,2) response pairs of every prompt with an LLM judge (§4.2), with the
     category's criteria. A is better -> label g, B -> b, C -> tie s; provenance kept."""
     inputs = data_paths(inputs)
-    from cheems.curation.stages import run_judge, stage_settings
+    from cheems.curation.stages import stage_settings
 
     section = stage_settings(config, "judge")
+    if judge_model is not None:
+        _refuse_api_judge(judge_flags, section, judge_backend)
+        settings = build_settings(ModelSettings, {**model_flags, "trust_remote_code": trust_remote_code})
+        _judge_locally(inputs, output, judge_model, build_settings(JudgeModelSettings, local_flags), settings,
+                       judge_flags.get("seed", 0))
+    elif local_flags or model_flags:
+        raise CheemsInputError("--judge-language, --judge-ties and the model run flags go with --judge-model DIR")
+    else:
+        _judge_by_api(inputs, output, config, section, both_orders, judge_backend, trust_remote_code, judge_flags)
+
+
+def _refuse_api_judge(judge_flags: dict, section: dict, judge_backend: str) -> None:
+    """`curate judge --judge-model` takes no API judge: no API flag, no model or endpoint in the
+    config's judge section."""
+    given = [k for k in judge_flags if k != "seed"] + [k for k in ("model", "api_base") if section.get(k)]
+    if given or judge_backend != "api":
+        raise CheemsInputError("--judge-model is the judge itself: leave out the API judge (--judge, --api-base and "
+                               "its other flags, --judge-backend, and model/api_base in the config's judge section)")
+
+
+def _judge_by_api(inputs: list, output: Path, config: Optional[Path], section: dict, both_orders: bool,
+                  judge_backend: str, trust_remote_code: bool, judge_flags: dict) -> None:
+    from cheems.curation.stages import run_judge
+
     name = judge_flags.get("model") or section.get("model")
     if not name:
-        raise CheemsInputError("give the judge model: --judge NAME (or 'model' in the judge section)")
+        raise CheemsInputError("give the judge model: --judge NAME (or 'model' in the judge section), "
+                               "or a local one: --judge-model DIR")
     base, generate = judge_backend_for(judge_backend, name, judge_flags.get("api_base") or section.get("api_base"),
                                        trust_remote_code)
     given = {**judge_flags, "model": name, "api_base": base,
@@ -120,6 +156,22 @@ def judge(
               f"{labels['s']} ties; {report['unparseable']} without a verdict, {report['failed']} failed; "
               f"{report['requests']} requests sent, {report['cached']} from cache; "
               f"first-position rate {fmt(report['first_position_rate'], 3)}")
+    _done(report, "judged")
+
+
+def _judge_locally(inputs: list, output: Path, judge_model: Path, judge_settings: JudgeModelSettings,
+                   settings: ModelSettings, seed: int) -> None:
+    from cheems.curation.stages import run_judge
+
+    with progress("judging pairs") as bar:
+        report = run_judge(inputs, output, judge_model=judge_model, judge_settings=judge_settings,
+                           model_settings=settings, seed=seed, progress=bar, notify=err.print)
+    labels = report["labels"]
+    resumed = report["resumed_judgements"]
+    resumed = f" ({resumed} read from {report['verdicts']})" if resumed else ""
+    out.print(f"{report['pairs']} pairs judged by {report['judge']} from {report['judgements']} verdict "
+              f"distributions{resumed}: {labels['g']} A, {labels['b']} B, {labels['s']} ties; position consistency "
+              f"{fmt(report['position_consistency'], 3)}, first-position rate {fmt(report['first_position_rate'], 3)}")
     _done(report, "judged")
 
 

@@ -28,11 +28,27 @@ def print_judge(report: dict) -> None:
         out.print(table)
     pc = report.get("position_consistency")
     fp = report.get("first_position_rate")
-    out.print(f"judgements {report['judgements']}: {report['requests']} requests sent, {report['cached']} from cache; "
-              f"unparseable {report['unparseable']}, failed {report['errors']}, cut by max tokens "
-              f"{report.get('truncated', 0)} (all count as wrong)")
+    if "judge_backend" in report:
+        _print_local_judge(report)
+    else:
+        out.print(f"judgements {report['judgements']}: {report['requests']} requests sent, {report['cached']} from "
+                  f"cache; unparseable {report['unparseable']}, failed {report['errors']}, cut by max tokens "
+                  f"{report.get('truncated', 0)} (all count as wrong)")
     out.print(f"position consistency: {fmt(pc)} over {report['consistency_pairs']} pairs judged in both orders; "
               f"share of verdicts for the first answer: {fmt(fp)}")
+
+
+def _print_local_judge(report: dict) -> None:
+    """What a local judge did: the pairs it judged, how each verdict was read, and its ties."""
+    pairs = report.get("pairs") or []
+    out.print(f"pairs judged: {len(pairs)} ({report['judgements']} judge prompts, {report['judge_backend']}); "
+              f"verdict: the most probable of the verdict tokens, {report.get('verdict', 'averaged')}")
+    if report.get("judge_ties"):
+        ties = sum(p.get("choice") == "tie" for p in pairs)
+        out.print(f"tie verdicts: {ties} of {len(pairs)} pairs ({fmt(ties / len(pairs) if pairs else None)}), "
+                  "each counted wrong")
+    else:
+        out.print("tie verdicts: not offered (--judge-ties offers them)")
 
 
 SUBSETS_AS_COLUMNS = 3

@@ -15,6 +15,7 @@ from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_i
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
+from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
 
 __all__ = ["register"]
@@ -60,23 +61,28 @@ def _ns(text: str) -> list[int]:
 @settings_flags(JudgeConfig, into="judge_flags", only=("model", "api_base", "api_key", "concurrency", "max_reply_bytes",
                                                       "cache_path"),
                 when="--judge", plain=("model",), names={"model": "--judge", "cache_path": "--cache"})
-@settings_flags(ModelSettings, into="model_flags", when="--model", plain=("backend", "trust_remote_code"))
+@settings_flags(JudgeModelSettings, into="local_flags", only=("language", "ties"), when="--judge-model",
+                names={"language": "--judge-language", "ties": "--judge-ties"})
+@settings_flags(ModelSettings, into="model_flags", when="--model or --judge-model",
+                plain=("backend", "trust_remote_code"))
 def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N candidate responses each."),
         gold: Optional[Path] = typer.Option(None, "--gold", help="SCORES-shaped rows {prompt_id, response_id, "
                                             "score}: each response's true quality (a number, or +1/-1 win/loss "
                                             "against a baseline)."),
         scores: Optional[Path] = typer.Option(None, "--scores", help="The reward model's SCORES file."),
         model: Optional[Path] = typer.Option(None, "--model", help="Or: a reward model folder to score with."),
+        judge_model: Optional[Path] = typer.Option(None, "--judge-model", help="Judge the pick against --baseline with "
+                                                   "this local causal LM folder, by its verdict probabilities."),
         n: str = typer.Option("1,2,4,8,16,32", "-n", help="Comma-separated n of best-of-n."),
-        baseline: Optional[str] = typer.Option(None, "--baseline", help="With --judge: the id of the baseline "
-                                               "response in every prompt."),
+        baseline: Optional[str] = typer.Option(None, "--baseline", help="With --judge or --judge-model: the id of "
+                                               "the baseline response in every prompt."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the curve as JSON."),
         bootstrap: int = typer.Option(1000, help="Bootstrap resamples over prompts for the 95% CI."),
         seed: int = typer.Option(0, help="Seed of the bootstrap."),
         skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
         name: Optional[str] = typer.Option(None, "--name", help="The model's name in the report (default: the "
                                            "scores file's stem or the model folder's name)."),
-        judge_flags: dict = None, model_flags: dict = None):
+        judge_flags: dict = None, model_flags: dict = None, local_flags: dict = None):
     """Best-of-n (paper §6.2): the expected gold quality of the reward model's pick among n of the
     N candidates, exact over all n-subsets, per category and overall with bootstrap CIs; and/or
     the judged win rate of its best-of-N pick against a baseline response."""
@@ -84,14 +90,12 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
     from cheems.report.bon import best_of_n_files
 
     check_outputs([json_out], [*candidates, gold, scores, judge_flags.get("cache_path")])
-    ns = _ns(n)
-    judged = "model" in judge_flags
-    judge = build_settings(JudgeConfig, {**judge_flags, "seed": seed}) if judged else None
-    settings = build_settings(ModelSettings, model_flags)
-    with progress("scoring / judging") if model or judged else contextlib.nullcontext(None) as bar:
+    ns, (judge, local) = _ns(n), _bon_judges(judge_flags, local_flags, judge_model, seed)
+    with progress("scoring / judging") if model or judge or local else contextlib.nullcontext(None) as bar:
         report, errors = best_of_n_files([str(c) for c in candidates], str(gold) if gold else None, ns,
                                          scores=str(scores) if scores else None, model=str(model) if model else None,
-                                         model_settings=settings, judge=judge, baseline=baseline,
+                                         model_settings=build_settings(ModelSettings, model_flags), judge=judge,
+                                         judge_model=judge_model, judge_settings=local, baseline=baseline,
                                          n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
                                          notify=err.print, name=name)
     print_skipped(errors)
@@ -103,13 +107,23 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
     _print_bon(report)
 
 
+def _bon_judges(judge_flags: dict, local_flags: dict, judge_model: Path | None,
+                seed: int) -> tuple[JudgeConfig | None, JudgeModelSettings | None]:
+    """(the API judge's config, the local judge's settings) of `bon`: each None when not asked for."""
+    if local_flags and judge_model is None:
+        raise CheemsInputError("--judge-language and --judge-ties go with --judge-model DIR")
+    judge = build_settings(JudgeConfig, {**judge_flags, "seed": seed}) if "model" in judge_flags else None
+    return judge, build_settings(JudgeModelSettings, local_flags) if judge_model is not None else None
+
+
 def _print_bon(report: dict) -> None:
     if "curve" in report:
         _print_curve(report)
     if "judged" in report:
         j = report["judged"]
         ci = f" [{j['ci'][0]:.4f}, {j['ci'][1]:.4f}]" if j["ci"] else ""
-        out.print(f"best-of-N pick vs {j['baseline']}, judged by {j['judge']} in both orders: win rate "
+        how = "verdict probabilities averaged over both orders" if "judge_backend" in j else "both orders"
+        out.print(f"best-of-N pick vs {j['baseline']}, judged by {j['judge']} in {how}: win rate "
                   f"{fmt(j['win_rate'])}{ci} over {j['scored_prompts']} prompts; position consistency "
                   f"{fmt(j['position_consistency'])}, first-position rate {fmt(j['first_position_rate'])}")
 
@@ -157,8 +171,10 @@ def compare(a: Path = typer.Argument(..., help="`cheems eval --json` report of m
 def _print_compare(result: dict) -> None:
     from cheems.report.page_content import p_value_text
 
-    table = Table(title=f"A = {result['a']} vs B = {result['b']}: difference B − A (paired bootstrap over prompts, "
-                  f"{result['n_bootstrap']} resamples)")
+    scorers = result.get("scorers") or {}
+    kinds = {side: f" ({kind})" for side, kind in scorers.items() if kind and len(set(scorers.values())) > 1}
+    table = Table(title=f"A = {result['a']}{kinds.get('a', '')} vs B = {result['b']}{kinds.get('b', '')}: difference "
+                  f"B − A (paired bootstrap over prompts, {result['n_bootstrap']} resamples)")
     for col in ("", "A", "B", "B − A", "95% CI of B − A", "p"):
         table.add_column(col, justify="left" if not col else "right")
     rows = [(f"{name} {metric}", d) for name, s in result["subsets"].items() for metric, d in s.items()]

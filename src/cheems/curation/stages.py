@@ -26,7 +26,7 @@ from cheems.records import CheemsInputError, Prompt
 from cheems.settings import check_settings, setting
 
 __all__ = ["ResolveSettings", "read_inputs", "run_analyze_bias", "run_debias", "run_filter", "run_judge",
-           "run_merge", "run_resolve", "run_sample", "stage_settings"]
+           "run_local_judge", "run_merge", "run_resolve", "run_sample", "stage_settings"]
 
 Progress = Callable[[int, int], None]
 
@@ -135,18 +135,87 @@ def run_filter(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, c
                   sidecars={"removed": result.removed})
 
 
-def run_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config,
-              progress: Progress | None = None, *, generate=None) -> dict:
+def run_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config=None,
+              progress: Progress | None = None, *, generate=None, judge_model: str | os.PathLike | None = None,
+              judge_settings=None, model_settings=None, seed: int = 0,
+              notify: Callable[[str], None] | None = None) -> dict:
     """All-pair judging (`cheems.curation.all_pairs_judge`); every row is written, with the judge's
-    comparisons and its ``failed_judgements``."""
+    comparisons and its ``failed_judgements``. The judge is ``config`` (a JudgeConfig: an API, or
+    ``generate``) or ``judge_model`` (a causal LM folder judging by its verdict probabilities as
+    ``judge_settings``, a :class:`~cheems.scoring.local_judge.JudgeModelSettings`, say, run as
+    ``model_settings`` say, one order per pair drawn with ``seed`` when not both: :func:`run_local_judge`)."""
     from cheems.curation.all_pairs_judge import judge_all_pairs
 
+    if (config is None) == (judge_model is None):
+        raise CheemsInputError("give one judge: an API judge (--judge NAME) or a local model (--judge-model DIR)")
+    if judge_model is not None:
+        return run_local_judge(inputs, output, judge_model, judge_settings, model_settings, progress, notify,
+                               seed=seed)
     check_stage(inputs, output, extra=[config.cache_path] if config.cache_path else [])
     prompts = read_inputs(inputs)
     result = judge_all_pairs(prompts, config, progress, generate=generate)
     report = result.report()
     report["balanced"] = report["judgements"] == report["comparisons"] + report["unparseable"] + report["failed"]
     return _write(output, result.prompts, {"stage": "judge", "input_rows": len(prompts), **report})
+
+
+def run_local_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, judge_model: str | os.PathLike,
+                    judge_settings=None, model_settings=None, progress: Progress | None = None,
+                    notify: Callable[[str], None] | None = None, *, seed: int = 0) -> dict:
+    """All-pair judging with a local causal LM (:func:`cheems.curation.all_pairs_judge.judge_all_pairs_locally`).
+    The verdict probabilities go to ``OUT.verdicts.jsonl`` as they come, so a rerun judges only
+    the pairs it lacks; a verdicts file of other inputs, another model or other settings is
+    started again (its ``.meta.json`` says what it was made from). The model is loaded only when
+    some pair is left to judge."""
+    from cheems.curation.all_pairs_judge import judge_all_pairs_locally
+    from cheems.io import ResumableJsonl
+    from cheems.scoring.local_judge import JudgeModelSettings, check_causal_lm_folder, judge_template_of
+    from cheems.scoring.model_settings import ModelSettings
+    from cheems.scoring.run import scores_meta
+
+    js, ms = judge_settings or JudgeModelSettings(), model_settings or ModelSettings()
+    verdicts = sidecar(output, "verdicts")
+    check_stage(inputs, output, extra=[verdicts, ResumableJsonl.meta_path_of(verdicts)])
+    check_causal_lm_folder(judge_model)
+    prompts = read_inputs(inputs)
+    meta = scores_meta(prompts, judge_model, template=judge_template_of(judge_model, js.language).version,
+                       ties=js.ties, both_orders=js.both_orders, seed=seed, max_length=ms.max_length, dtype=ms.dtype)
+    try:
+        ResumableJsonl.check(verdicts, meta)
+        stale = False
+    except CheemsInputError:  # deterministic verdicts of something else: judged again, not mixed in
+        stale = True
+        if notify is not None:
+            notify(f"{verdicts.name} holds verdicts of other inputs, model or settings: judging every pair again")
+    name = Path(judge_model).resolve().name
+    with ResumableJsonl(verdicts, meta, overwrite=stale) as store:
+        judge = _LazyJudge(judge_model, ms, js.language, notify)
+        result = judge_all_pairs_locally(prompts, judge, name=name, ties=js.ties, both_orders=js.both_orders,
+                                         seed=seed, token_budget=ms.token_budget, batch_size=ms.batch_size,
+                                         done=store.rows, record=store.append, progress=progress)
+    report = {**result.report(), "judge_backend": ms.backend, "verdicts": str(verdicts)}
+    report["balanced"] = report["comparisons"] == report["pairs"]
+    return _write(output, result.prompts, {"stage": "judge", "input_rows": len(prompts), **report})
+
+
+@dataclass
+class _LazyJudge:
+    """A local judge loaded on its first use: a rerun whose verdicts are all on file loads no model."""
+
+    path: str | os.PathLike
+    settings: Any
+    language: str | None
+    notify: Callable[[str], None] | None
+    judge: Any = None
+
+    def verdict_probabilities(self, items, ties: bool, **kwargs):
+        if self.judge is None:
+            from cheems.scoring.local_judge import load_judge_model
+
+            if self.notify is not None:
+                self.notify(f"loading the judge {self.path} ...")
+            self.judge = load_judge_model(self.path, self.settings, language=self.language)
+        return self.judge.verdict_probabilities(items, ties, **kwargs)
 
 
 def run_resolve(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *,

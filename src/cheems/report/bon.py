@@ -21,9 +21,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from cheems.metrics import quantile_interval
-from cheems.records import CheemsInputError, Prompt
+from cheems.records import CheemsInputError, Prompt, prompt_key
 
-__all__ = ["best_of_n_curve", "best_of_n_files", "expected_best_of_n", "judged_win_rate", "pick_weights"]
+__all__ = ["best_of_n_curve", "best_of_n_files", "expected_best_of_n", "judged_win_rate", "locally_judged_win_rate",
+           "pick_weights"]
 
 
 def pick_weights(n_candidates: int, n: int) -> np.ndarray:
@@ -103,29 +104,24 @@ def _point(n: int, e: np.ndarray, left_out: int, rng: np.random.Generator, n_boo
 
 
 def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[int], *, scores: str | None = None,
-                    model: str | None = None, model_settings=None, judge=None, baseline: str | None = None,
-                    n_bootstrap: int = 1000, seed: int = 0, fmt: str | None = None, skip_invalid: bool = False,
-                    progress=None, notify=None, name: str | None = None) -> tuple[dict, list]:
+                    model: str | None = None, model_settings=None, judge=None, judge_model: str | None = None,
+                    judge_settings=None, baseline: str | None = None, n_bootstrap: int = 1000, seed: int = 0,
+                    fmt: str | None = None, skip_invalid: bool = False, progress=None, notify=None,
+                    name: str | None = None) -> tuple[dict, list]:
     """The best-of-n report of one reward model (``scores`` file or ``model`` folder) on candidate
-    files: the curve against a GOLD scores file, and/or (with ``judge``, a JudgeConfig, and
-    ``baseline``, a response id) the judged win rate of its best-of-N pick
-    (:func:`judged_win_rate`). ``name``: the model's name in the report (default: the scores file's stem or
-    the model folder's name). Returns ``(report, skipped row errors)``."""
+    files: the curve against a GOLD scores file, and/or (with ``judge``, a JudgeConfig, or
+    ``judge_model``, a causal LM folder judging by its verdict probabilities as ``judge_settings``,
+    a :class:`~cheems.scoring.local_judge.JudgeModelSettings`, say, run as ``model_settings`` say;
+    and ``baseline``, a response id) the judged win rate of its best-of-N pick
+    (:func:`judged_win_rate`, :func:`locally_judged_win_rate`). ``name``: the model's name in the
+    report (default: the scores file's stem or the model folder's name). Returns ``(report,
+    skipped row errors)``."""
     from pathlib import Path
 
     from cheems.benchmark import read_benchmark
     from cheems.formats import read_scores
 
-    if (scores is None) == (model is None):
-        raise CheemsInputError("give exactly one of --scores FILE or --model DIR")
-    if gold is None and judge is None:
-        raise CheemsInputError("give --gold FILE, or --judge MODEL with --baseline ID, or both")
-    if judge is not None and not baseline:
-        raise CheemsInputError("--judge needs --baseline: the id of the response to play against", field="--baseline")
-    if name is not None and not name.strip():
-        raise CheemsInputError("must not be empty", field="--name")
-    if not ns or any(not isinstance(n, int) or n < 1 for n in ns):
-        raise CheemsInputError(f"n must be positive integers, got {list(ns)}", field="-n")
+    _check_request(scores, model, gold, judge, judge_model, baseline, name, ns)
     res, _ = read_benchmark(candidates, skip_invalid=skip_invalid, fmt=fmt, empty="no valid prompts with candidates")
     gold_map = _read(read_scores, gold) if gold is not None else None
     if scores is not None:
@@ -143,14 +139,42 @@ def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[in
     if gold_map is not None:
         report.update(best_of_n_curve(res.prompts, rewards, gold_map, ns, n_bootstrap=n_bootstrap, seed=seed))
         report["gold"] = Path(gold).name
-    if judge is not None:
+    if judge is not None or judge_model is not None:
         missing = next(((p.id, r.id) for p in res.prompts for r in p.responses if (p.id, r.id) not in rewards), None)
         if missing is not None:
             raise CheemsInputError(f"no reward for response {missing[1]!r} of prompt {missing[0]!r}",
                                    field="response_id")
+    if judge is not None:
         report["judged"] = judged_win_rate(res.prompts, rewards, baseline, judge, n_bootstrap=n_bootstrap, seed=seed,
                                            progress=progress)
+    elif judge_model is not None:
+        report["judged"] = _judge_with_model(res.prompts, rewards, baseline, judge_model, model_settings,
+                                             judge_settings, n_bootstrap=n_bootstrap, seed=seed, progress=progress,
+                                             notify=notify)
     return report, res.errors
+
+
+def _check_request(scores, model, gold, judge, judge_model, baseline, name, ns) -> None:
+    """The arguments of :func:`best_of_n_files` that do not go together, each one error; the judge
+    model's folder checked before any work."""
+    if (scores is None) == (model is None):
+        raise CheemsInputError("give exactly one of --scores FILE or --model DIR")
+    if judge is not None and judge_model is not None:
+        raise CheemsInputError("give one judge: --judge MODEL (an API) or --judge-model DIR (a local model)")
+    judged = judge is not None or judge_model is not None
+    if gold is None and not judged:
+        raise CheemsInputError("give --gold FILE, or --judge MODEL (or --judge-model DIR) with --baseline ID, or both")
+    if judged and not baseline:
+        flag = "--judge" if judge is not None else "--judge-model"
+        raise CheemsInputError(f"{flag} needs --baseline: the id of the response to play against", field="--baseline")
+    if name is not None and not name.strip():
+        raise CheemsInputError("must not be empty", field="--name")
+    if not ns or any(not isinstance(n, int) or n < 1 for n in ns):
+        raise CheemsInputError(f"n must be positive integers, got {list(ns)}", field="-n")
+    if judge_model is not None:
+        from cheems.scoring.local_judge import check_causal_lm_folder
+
+        check_causal_lm_folder(judge_model)
 
 
 def _read(reader, path: str) -> dict:
@@ -158,6 +182,29 @@ def _read(reader, path: str) -> dict:
         return reader(path)
     except CheemsInputError as e:
         raise e.located(file=str(path)) from None
+
+
+def _best_of_n_picks(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str], float],
+                     baseline: str) -> list[str]:
+    """Per prompt, the reward model's best-of-N pick: the highest-reward response other than the
+    baseline (the first in row order among equals)."""
+    picks = []
+    for p in prompts:
+        others = [r.id for r in p.responses if r.id != baseline]
+        if baseline not in p.response_ids() or not others:
+            raise CheemsInputError(f"prompt {p.id!r} has no response {baseline!r} and another one to compare",
+                                   field="--baseline")
+        picks.append(max(others, key=lambda rid: rewards[(p.id, rid)]))
+    return picks
+
+
+def _win_rate(wins: np.ndarray, n_bootstrap: int, seed: int) -> dict:
+    """The mean of per-prompt outcomes and its bootstrap CI over prompts (None without prompts)."""
+    out = {"scored_prompts": int(len(wins)), "win_rate": float(wins.mean()) if len(wins) else None, "ci": None}
+    if len(wins) and n_bootstrap > 0:
+        means = wins[np.random.default_rng(seed).integers(0, len(wins), size=(n_bootstrap, len(wins)))].mean(axis=1)
+        out["ci"] = quantile_interval(means)
+    return out
 
 
 def judged_win_rate(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str], float], baseline: str, config, *,
@@ -173,14 +220,8 @@ def judged_win_rate(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str],
 
     from cheems.scoring.bench_judge import ORDERS, Judgement, first_position_rate, run_judgements
 
-    plan = []
-    for i, p in enumerate(prompts):
-        others = [r.id for r in p.responses if r.id != baseline]
-        if baseline not in p.response_ids() or not others:
-            raise CheemsInputError(f"prompt {p.id!r} has no response {baseline!r} and another one to compare",
-                                   field="--baseline")
-        pick = max(others, key=lambda rid: rewards[(p.id, rid)])
-        plan.extend(Judgement(i, pick, baseline, pick, order) for order in ORDERS)
+    plan = [Judgement(i, pick, baseline, pick, order)
+            for i, pick in enumerate(_best_of_n_picks(prompts, rewards, baseline)) for order in ORDERS]
     stats = asyncio.run(run_judgements(list(prompts), plan, config, progress))
     per_prompt: dict[int, list[float]] = defaultdict(list)
     for j in plan:
@@ -188,13 +229,68 @@ def judged_win_rate(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str],
             per_prompt[j.prompt_index].append(1.0 if j.choice == j.first else 0.5 if j.choice == "tie" else 0.0)
     wins = np.array([np.mean(v) for _, v in sorted(per_prompt.items())])
     both = [(a, b) for a, b in zip(plan[::2], plan[1::2]) if a.choice is not None and b.choice is not None]
-    out = {"judge": config.model, "baseline": baseline, "prompts": len(prompts), "scored_prompts": int(len(wins)),
-           "win_rate": float(wins.mean()) if len(wins) else None, "ci": None,
-           "position_consistency": sum(a.choice == b.choice for a, b in both) / len(both) if both else None,
-           "first_position_rate": first_position_rate(plan), "requests": stats["requests"], "cached": stats["cached"],
-           "errors": sum(j.error is not None for j in plan),
-           "unparseable": sum(j.verdict is None and j.error is None for j in plan)}
-    if len(wins) and n_bootstrap > 0:
-        means = wins[np.random.default_rng(seed).integers(0, len(wins), size=(n_bootstrap, len(wins)))].mean(axis=1)
-        out["ci"] = quantile_interval(means)
-    return out
+    return {"judge": config.model, "baseline": baseline, "prompts": len(prompts), **_win_rate(wins, n_bootstrap, seed),
+            "position_consistency": sum(a.choice == b.choice for a, b in both) / len(both) if both else None,
+            "first_position_rate": first_position_rate(plan), "requests": stats["requests"],
+            "cached": stats["cached"], "errors": sum(j.error is not None for j in plan),
+            "unparseable": sum(j.verdict is None and j.error is None for j in plan)}
+
+
+WIN_TIE_LOSS = np.array([1.0, 0.0, 0.5])
+"""The outcome of the pick by the verdict's index in (pick better, baseline better, tie)."""
+
+
+def locally_judged_win_rate(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str], float], baseline: str,
+                            judge, *, ties: bool = False, name: str = "judge", token_budget: int | None = None,
+                            batch_size: int = 64, n_bootstrap: int = 1000, seed: int = 0, progress=None) -> dict:
+    """:func:`judged_win_rate` with a local judge (a :class:`~cheems.scoring.local_judge.VerdictScorer`):
+    each prompt's pick x and baseline y are shown in both orders and the verdict probabilities
+    averaged (:func:`cheems.scoring.local_judge.averaged_verdicts`),
+
+        p(x wins) = (P_xy(A) + P_yx(B)) / 2,  p(y wins) = (P_xy(B) + P_yx(A)) / 2,
+        p(tie) = (P_xy(C) + P_yx(C)) / 2  (with ``ties``);
+
+    the comparison's outcome is the argmax, counted 1 for a win, 1/2 for a tie, 0 for a loss
+    (no sampling, every prompt scored). The report has the API judge's fields (the position
+    consistency and first-position rate from each order's own argmax; ``requests`` is the number
+    of distinct judge sequences run, none cached, none failed) and ``win_probability``, the mean
+    of p(x wins) + p(tie) / 2. O(prompts) forward sequences (two per prompt)."""
+    from cheems.scoring.local_judge import VllmJudge, averaged_verdicts
+
+    items = []
+    for p, pick in zip(prompts, _best_of_n_picks(prompts, rewards, baseline)):
+        content = {r.id: r.content for r in p.responses}
+        items += [(p.prompt, content[pick], content[baseline]), (p.prompt, content[baseline], content[pick])]
+    probs = judge.verdict_probabilities(items, ties, token_budget=token_budget, batch_size=batch_size,
+                                        progress=progress)
+    averaged = averaged_verdicts(probs[0::2], probs[1::2])  # rows: p(pick wins), p(baseline wins)[, p(tie)]
+    wins = WIN_TIE_LOSS[averaged.argmax(axis=1)]
+    pick_first = probs[0::2].argmax(axis=1)  # 0: the pick (shown as A), 1: the baseline, 2: tie
+    pick_second = np.array([1, 0, 2])[probs[1::2].argmax(axis=1)]  # the same codes, from the swapped order
+    sided = np.concatenate([pick_first, probs[1::2].argmax(axis=1)])
+    sided = sided[sided < 2]  # A or B verdicts: 0 is the first position
+    expected = averaged[:, 0] + (averaged[:, 2] / 2 if ties else 0.0)
+    return {"judge": name, "baseline": baseline, "prompts": len(prompts), **_win_rate(wins, n_bootstrap, seed),
+            "position_consistency": float(np.mean(pick_first == pick_second)) if len(wins) else None,
+            "first_position_rate": float(np.mean(sided == 0)) if len(sided) else None,
+            "requests": len({(prompt_key(p), a, b) for p, a, b in items}), "cached": 0, "errors": 0,
+            "unparseable": 0, "win_probability": float(expected.mean()) if len(wins) else None,
+            "judge_ties": ties, "verdict": "averaged over both orders",
+            "judge_backend": "vllm" if isinstance(judge, VllmJudge) else "transformers"}
+
+
+def _judge_with_model(prompts, rewards, baseline: str, path, model_settings, judge_settings, *, n_bootstrap: int,
+                      seed: int, progress, notify) -> dict:
+    """:func:`locally_judged_win_rate` with the causal LM folder ``path`` loaded as a judge."""
+    from pathlib import Path
+
+    from cheems.scoring.local_judge import JudgeModelSettings, load_judge_model
+    from cheems.scoring.model_settings import ModelSettings
+
+    settings, js = model_settings or ModelSettings(), judge_settings or JudgeModelSettings()
+    if notify is not None:
+        notify(f"loading the judge {path} ...")
+    judge = load_judge_model(path, settings, language=js.language)
+    return locally_judged_win_rate(prompts, rewards, baseline, judge, ties=js.ties, name=Path(path).name,
+                                   token_budget=settings.token_budget, batch_size=settings.batch_size,
+                                   n_bootstrap=n_bootstrap, seed=seed, progress=progress)

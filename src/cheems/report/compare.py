@@ -11,7 +11,10 @@ From two `cheems eval --json` reports and their per-prompt items (``OUT.items.js
   other; the binomial test of those discordant pairs at 1/2), overall and per main category,
   with Holm's correction across categories.
 
-Reports of different benchmarks (another fingerprint) are refused.
+Reports of different benchmarks (another fingerprint) are refused. Any two scorers pair up, a
+discriminative reward model with a generative judge included: both items files list each prompt's
+ranked pairs as [better, worse, outcome] (a judge's tie verdict is "wrong", counted as reversed),
+and ``scorers`` records which kind each side is.
 """
 
 from __future__ import annotations
@@ -119,7 +122,8 @@ def compare_reports(report_a: dict, items_a: list[dict], report_b: dict, items_b
     items_b = sorted(items_b, key=lambda it: order[it["prompt_id"]])
     ties = report_a.get("ties", "official")
     result = {"kind": "compare", "a": report_a.get("model"), "b": report_b.get("model"), "difference": "b - a",
-              "ties": ties, "benchmark": fa}
+              "ties": ties, "benchmark": fa,
+              "scorers": {"a": report_a.get("scorer"), "b": report_b.get("scorer")}}
     result.update(paired_bootstrap(items_a, items_b, ties=ties, n_bootstrap=n_bootstrap, seed=seed))
     pa, pb = _pair_outcomes(items_a), _pair_outcomes(items_b)
     if pa.keys() != pb.keys():

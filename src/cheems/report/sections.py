@@ -2,9 +2,9 @@
 with its source) and figures of each part of the page, in page order (`page_sections`).
 
 - the inputs; a study (an experiment folder: the paper's Tables 3 and 4, Figures 6 and 7; `cheems.report.study`);
-- evaluation: the leaderboard in the shape of the paper's Table 2 (discriminative and generative reward
-  models, Acc./Exact per subset, Overall with its CI), subsets in detail, accuracy by category (Figure 4), judge
-  position consistency and the length diagnostic;
+- evaluation: the leaderboards in the shape of the paper's Table 2 (one of discriminative reward models, one of
+  generative judges, API and local; Acc./Exact per subset, Overall with its CI, best first), subsets in detail,
+  accuracy by category (Figure 4), judge position consistency and ties, and the length diagnostic;
 - comparisons: the pairwise significance matrix and the compare details, best-of-n curves and correlation heat maps
   (Figure 5);
 - data and training: annotator bias (Figure 15), curation stage counts and training curves.
@@ -84,24 +84,37 @@ def _scorer_type(s: Source) -> str:
 
 
 def _leaderboard_section(report: Report) -> Section | None:
+    """The paper's Table 2: one table of discriminative reward models and one of generative judges (API judges
+    and local judge models), each with Acc. and Exact per subset of its own models, Overall and its CI, best
+    Overall first."""
     evals = report.of_kind("eval")
     if not evals:
         return None
-    subsets = _union(s.data["subsets"] for s in evals)
     say = report.say
-    header = [say("model")] + [f"{name} {say(metric)}" for name in subsets for metric in ("acc", "exact")] + \
-        [say("overall"), say("with_ci", what=say("overall"))]
     blocks: list[Block] = [say("leaderboard.note")]
     for scorer in ("discriminative", "generative"):
+        group = sorted((s for s in evals if _scorer_type(s) == scorer), key=_overall_first)
+        if not group:
+            continue
+        subsets = _union(s.data["subsets"] for s in group)
+        header = [say("model")] + [f"{name} {say(metric)}" for name in subsets for metric in ("acc", "exact")] + \
+            [say("overall"), say("with_ci", what=say("overall"))]
         rows = []
-        for s in (s for s in evals if _scorer_type(s) == scorer):
+        for s in group:
             cells: list[Cell] = [s.label]
             for name in subsets:
                 cells += [s.num("subsets", name, "accuracy"), s.num("subsets", name, "exact_match")]
             rows.append(cells + [s.num("overall"), s.interval("overall_ci")])
-        if rows:
-            blocks.append(Table(header, rows, caption=say(scorer), sortable=True))
+        if scorer == "generative":
+            blocks.append(say("leaderboard.generative_note"))
+        blocks.append(Table(header, rows, caption=say(scorer), sortable=True))
     return Section("leaderboard", say("leaderboard"), blocks)
+
+
+def _overall_first(s: Source) -> tuple:
+    """Sort key: the highest Overall first, reports without one last, ties in input order."""
+    overall = s.data.get("overall")
+    return (0, -overall, s.index) if is_number(overall) and math.isfinite(overall) else (1, 0, s.index)
 
 
 def _subset_section(report: Report) -> Section | None:
@@ -161,11 +174,18 @@ def _judge_section(report: Report) -> Section | None:
               in s.data]
     if not judges:
         return None
-    rows = [[s.label, s.num("position_consistency"), s.num("first_position_rate")] for s in judges]
     say = report.say
-    return Section("judges", say("judges"), [
-        say("judges.note"),
-        Table([say("judge"), say("position_consistency"), say("first_position_rate")], rows, sortable=True)])
+    rows = [[s.label, _judged_by(report, s), s.num("judgements", fmt="d"), s.num("position_consistency"),
+             s.num("first_position_rate"), s.num("tie_verdicts", fmt="d")] for s in judges]
+    header = [say("judge"), say("judged_by"), say("judgements"), say("position_consistency"),
+              say("first_position_rate"), say("tie_verdicts")]
+    return Section("judges", say("judges"), [say("judges.note"), Table(header, rows, sortable=True)])
+
+
+def _judged_by(report: Report, s: Source) -> str:
+    """How a judge report's verdicts were reached: an API's replies, or a local model's verdict probabilities."""
+    backend = s.data.get("judge_backend")
+    return report.say("local_judge", backend=backend) if isinstance(backend, str) else report.say("api_judge")
 
 
 def _length_section(report: Report) -> Section | None:

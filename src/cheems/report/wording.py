@@ -40,6 +40,12 @@ WORDS: dict[str, tuple[str, str]] = {
     "with_ci": ("{what} 95% CI", "{what} 95% 置信区间"),
     "discriminative": ("Discriminative reward models", "判别式奖励模型"),
     "generative": ("Generative reward models (LLM judges)", "生成式奖励模型（大模型评审）"),
+    "leaderboard.generative_note": ("A generative judge gets a pair right when its verdict names the better "
+                                    "response; a tie verdict counts wrong. API judges reply in text; local judge "
+                                    "models give the verdict of the highest next-token probability, averaged over "
+                                    "both presentation orders unless one order was asked for.",
+                                    "生成式评审的判断指向较好的回答即为判对，判平局算错。API 评审以文字回复作答；"
+                                    "本地评审模型取下一个词元概率最高的判决，默认对两种呈现顺序取平均。"),
     # subsets
     "subsets": ("Subsets in detail", "各子集详情"),
     "subsets.note": ("Pairs: ranked pairs compared; Tied: pairs the model scored equal; Score: mean of Acc. and "
@@ -61,11 +67,18 @@ WORDS: dict[str, tuple[str, str]] = {
     "judges": ("LLM judges: position bias", "大模型评审：位置偏差"),
     "judges.note": ("Position consistency: share of pairs judged the same way when the two responses swap "
                     "places. First-position rate: share of verdicts for the response shown first (0.5 means no "
-                    "preference for either position).",
-                    "位置一致性：两个回答交换位置后判断不变的比例。首位偏好率：判给先出现回答的比例（0.5 表示不偏向任何位置）。"),
+                    "preference for either position). Tie verdicts: judgements answered with a tie, each wrong on "
+                    "a ranked pair.",
+                    "位置一致性：两个回答交换位置后判断不变的比例。首位偏好率：判给先出现回答的比例（0.5 表示不偏向任何位置）。"
+                    "平局判决：判为平局的次数，在有优劣之分的回答对上均算错。"),
     "judge": ("Judge", "评审模型"),
     "position_consistency": ("Position consistency", "位置一致性"),
     "first_position_rate": ("First-position rate", "首位偏好率"),
+    "judged_by": ("Verdicts from", "判决来源"),
+    "api_judge": ("API replies", "API 回复"),
+    "local_judge": ("local model ({backend}): verdict probabilities", "本地模型（{backend}）：判决概率"),
+    "judgements": ("Judgements", "判断次数"),
+    "tie_verdicts": ("Tie verdicts", "平局判决"),
     # length
     "length": ("Length", "长度"),
     "length.note": ("Accuracy on the pairs whose better response is the longer one, and on those whose better "
