@@ -116,11 +116,11 @@ def judge(
     from cheems.curation.stages import stage_settings
 
     section = stage_settings(config, "judge")
+    local = build_settings(JudgeModelSettings, local_flags)  # a bad value is named under its flag first
+    settings = build_settings(ModelSettings, {**model_flags, "trust_remote_code": trust_remote_code})
     if judge_model is not None:
         _refuse_api_judge(judge_flags, section, judge_backend)
-        settings = build_settings(ModelSettings, {**model_flags, "trust_remote_code": trust_remote_code})
-        _judge_locally(inputs, output, judge_model, build_settings(JudgeModelSettings, local_flags), settings,
-                       judge_flags.get("seed", 0))
+        _judge_locally(inputs, output, judge_model, local, settings, judge_flags.get("seed", 0))
     elif local_flags or model_flags:
         raise CheemsInputError("--judge-language, --judge-ties and the model run flags go with --judge-model DIR")
     else:

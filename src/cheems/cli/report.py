@@ -110,10 +110,11 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
 def _bon_judges(judge_flags: dict, local_flags: dict, judge_model: Path | None,
                 seed: int) -> tuple[JudgeConfig | None, JudgeModelSettings | None]:
     """(the API judge's config, the local judge's settings) of `bon`: each None when not asked for."""
+    local = build_settings(JudgeModelSettings, local_flags)  # a bad value is named under its flag first
     if local_flags and judge_model is None:
         raise CheemsInputError("--judge-language and --judge-ties go with --judge-model DIR")
     judge = build_settings(JudgeConfig, {**judge_flags, "seed": seed}) if "model" in judge_flags else None
-    return judge, build_settings(JudgeModelSettings, local_flags) if judge_model is not None else None
+    return judge, local if judge_model is not None else None
 
 
 def _print_bon(report: dict) -> None:

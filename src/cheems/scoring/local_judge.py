@@ -48,8 +48,8 @@ from cheems.scoring.model_settings import ModelSettings
 from cheems.settings import check_settings, setting
 
 __all__ = ["JUDGE_LANGUAGES", "JudgeModelSettings", "LocalJudge", "VerdictScorer", "VllmJudge", "averaged_verdicts",
-           "check_causal_lm_folder", "check_judge_batch_invariance", "judge_bench_locally", "load_judge_model", "load_local_judge", "load_vllm_judge",
-           "verdict_logits", "verdict_softmax"]
+           "check_causal_lm_folder", "check_judge_batch_invariance", "judge_bench_locally", "judge_template_of",
+           "load_judge_model", "load_local_judge", "load_vllm_judge", "verdict_logits", "verdict_softmax"]
 
 JUDGE_LANGUAGES = ("zh", "en")
 VERDICT_CODES = ("A", "B", "C")  # what a Judgement's verdict holds, whatever letters the template shows
