@@ -48,4 +48,8 @@ step train-7b 140 $py benchmarks/bench_train.py --device cuda --shape qwen2.5-7b
     "${liger[@]}" --model-dir "$work/7b"
 step score-7b 110 $py benchmarks/bench_scoring.py --device cuda --shape qwen2.5-7b --prompts 500 --modes shared \
     --token-budget 32768 --batch-size 512 "${liger[@]}" --model-dir "$work/7b"
+step objectives-0.5b 240 $py benchmarks/bench_objectives.py --device cuda --shape qwen2.5-0.5b --prompts 400 --chars 450 \
+    --bf16 --micro-batch-size 64 --token-budget 16384 --steps 10 "${liger[@]}" --model-dir "$work/0.5b-lm"
+step judge-0.5b 150 $py benchmarks/bench_local_judge.py --device cuda --shape qwen2.5-0.5b --pairs 2000 --chars 450 \
+    --plain-pairs 200 --batch-size 256 --token-budget 32768 --model-dir "$work/0.5b-lm"
 rm -rf "$work"
