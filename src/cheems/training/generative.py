@@ -42,7 +42,7 @@ import torch
 from cheems.io import files_fingerprint, writes_into
 from cheems.llm.verdict_template import VerdictTemplate, save_verdict_template
 from cheems.models.checkpoints import quiet_transformers, unwrap_peft, weights_that_fit
-from cheems.models.packing import pack_sequences, packed_backend, use_packed_attention
+from cheems.models.packing import pack_sequences, packed_backend
 from cheems.models.sequences import default_token_budget, pad_right, plan_batches
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
@@ -54,14 +54,14 @@ from cheems.training.judge_data import (JudgeData, JudgeEvalSet, encode_judge_da
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, MetricsLog, check_resume, finished_summary,
                                            list_checkpoints, load_checkpoint, save_checkpoint, save_final_model,
                                            save_model_whole, write_summary)
-from cheems.training.recipe_setup import make_accelerator, step_groups, token_budget_per_process, with_lora
+from cheems.training.recipe_setup import (MAX_GRAD_NORM, make_accelerator, optimizer_update, ready_for_training,
+                                          step_groups, token_budget_per_process, with_lora)
 from cheems.training.training_data import read_training_prompts
 
 __all__ = ["FINAL_MODEL_TEMP", "MAX_GRAD_NORM", "GenerativeRun", "Notify", "Progress", "VerdictModel",
            "epoch_judge_batches", "evaluate_verdicts", "finish_generative_run", "load_judge_model", "padding_share",
            "setup_generative_run", "train_generative", "train_generative_epoch", "verdict_logits"]
 
-MAX_GRAD_NORM = 1.0
 Progress = Callable[[int, int, dict], None]
 Notify = Callable[[str], None]
 
@@ -115,21 +115,8 @@ def load_judge_model(path: str, *, gradient_checkpointing: bool, packing: bool, 
     if model.get_output_embeddings() is None or not hasattr(model, model.base_model_prefix or "-"):
         raise CheemsInputError("expected a decoder *ForCausalLM model with an LM head", file=str(path))
     model.config.pad_token_id = tokenizer.pad_token_id
-    if gradient_checkpointing:
-        model.config.use_cache = False
-        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-        enable()
-    if packing and not use_packed_attention(model):
-        raise CheemsInputError(f"{type(model).__name__} cannot run packed batches; train with --no-packing",
-                               file=str(path))
-    if liger_kernels:
-        from cheems.models.kernels import use_liger_kernels
-
-        use_liger_kernels(model)
-    if compile:
-        from cheems.models.kernels import compile_layers
-
-        compile_layers(model)
+    ready_for_training(model, path, gradient_checkpointing=gradient_checkpointing, packing=packing,
+                       liger_kernels=liger_kernels, compile=compile)
     return tokenizer, model
 
 
@@ -377,11 +364,7 @@ def _optimizer_step(run: GenerativeRun, group: list[list[int]], epoch_position: 
         loss_sum += loss / len(group)
         right += terms["right"]
         examples += terms["examples"]
-    run.accelerator.clip_grad_norm_(run.model.parameters(), MAX_GRAD_NORM)
-    lr = run.scheduler.get_last_lr()[0]
-    run.optimizer.step()
-    run.scheduler.step()
-    run.optimizer.zero_grad(set_to_none=True)
+    lr = optimizer_update(run.accelerator, run.model, run.optimizer, run.scheduler)
     run.step += 1
     run.epoch_loss.append(loss_sum)
     if examples:

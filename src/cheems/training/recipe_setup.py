@@ -31,8 +31,11 @@ from cheems.training.output_folder import MetricsLog, check_resume, list_checkpo
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
                                            read_training_prompts)
 
-__all__ = ["DROPPED_WARNING_SHARE", "MISSING_EXTRA", "Notify", "TrainingRun", "epoch_batches", "load_for_training",
-           "make_accelerator", "setup_run", "step_groups", "token_budget_per_process", "with_lora"]
+__all__ = ["DROPPED_WARNING_SHARE", "MAX_GRAD_NORM", "MISSING_EXTRA", "Notify", "TrainingRun", "epoch_batches", "load_for_training",
+           "make_accelerator", "optimizer_update", "ready_for_training", "setup_run", "step_groups", "token_budget_per_process", "with_lora"]
+
+MAX_GRAD_NORM = 1.0
+"""The gradient norm every optimizer step clips to."""
 
 MISSING_EXTRA = "training needs the models extra: pip install 'cheems[models]'"
 
@@ -93,6 +96,15 @@ def load_for_training(path: str, *, gradient_checkpointing: bool, packing: bool 
         if not hasattr(model, "score") or not hasattr(model, getattr(model, "base_model_prefix", "") or "-"):
             raise CheemsInputError("expected a decoder *ForSequenceClassification model with a 'score' head",
                                    file=str(path))
+    ready_for_training(model, path, gradient_checkpointing=gradient_checkpointing, packing=packing,
+                       liger_kernels=liger_kernels, compile=compile)
+    return tokenizer, model
+
+
+def ready_for_training(model, path, *, gradient_checkpointing: bool, packing: bool, liger_kernels: bool = False,
+                       compile: bool = False) -> None:
+    """Turn on what the run asks of a loaded model (every objective's): gradient checkpointing,
+    Liger's kernels, compiled layers; refuse packing for a model that cannot run packed rows."""
     if gradient_checkpointing:
         model.config.use_cache = False
         # transformers 5 renamed it; older releases only have the first name
@@ -109,7 +121,6 @@ def load_for_training(path: str, *, gradient_checkpointing: bool, packing: bool 
         from cheems.models.kernels import compile_layers
 
         compile_layers(model)
-    return tokenizer, model
 
 
 def with_lora(model, config: TrainConfig):
@@ -280,3 +291,14 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
         steps_per_epoch=steps_per_epoch, total_steps=total_steps, trainable=trainable, start_step=start_step,
         data_fingerprint=data_fingerprint, step=start_step)
 
+
+def optimizer_update(accelerator, model, optimizer, scheduler) -> float:
+    """The end of an optimizer step, the same for every objective: clip the gradient norm to
+    ``MAX_GRAD_NORM``, one optimizer step, one scheduler step, gradients cleared. Returns the
+    learning rate the step used."""
+    accelerator.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+    lr = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return lr

@@ -47,8 +47,9 @@ from cheems.training.evaluation import batch_rewards, evaluate_weights
 from cheems.training.loss import bradley_terry_loss, dual_loss, lm_loss
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, finished_summary, save_checkpoint, save_final_model,
                                            save_model_whole, write_summary)
-from cheems.training.recipe_setup import (DROPPED_WARNING_SHARE, MISSING_EXTRA, Notify, TrainingRun, epoch_batches,
-                                          load_for_training, setup_run, step_groups, token_budget_per_process)
+from cheems.training.recipe_setup import (DROPPED_WARNING_SHARE, MAX_GRAD_NORM, MISSING_EXTRA, Notify, TrainingRun,
+                                          epoch_batches, load_for_training, optimizer_update, setup_run, step_groups,
+                                          token_budget_per_process)
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
                                            read_training_prompts)
 
@@ -58,7 +59,6 @@ __all__ = ["FINAL_MODEL_TEMP", "MAX_GRAD_NORM", "MISSING_EXTRA", "SLOW_STEP_FACT
            "DROPPED_WARNING_SHARE", "Notify", "batch_rewards", "finished_summary", "read_training_prompts", "setup_run",
            "token_budget_per_process", "train", "train_epoch"]
 
-MAX_GRAD_NORM = 1.0
 
 Progress = Callable[[int, int, dict], None]
 _T = TypeVar("_T")
@@ -212,11 +212,7 @@ def _optimizer_step(run: TrainingRun, group: list[list[int]], epoch_position: fl
         if terms["pairs"]:
             right += round(terms["accuracy"] * terms["pairs"])
             pairs += terms["pairs"]
-    run.accelerator.clip_grad_norm_(run.reward_model.parameters(), MAX_GRAD_NORM)
-    lr = run.scheduler.get_last_lr()[0]
-    run.optimizer.step()
-    run.scheduler.step()
-    run.optimizer.zero_grad(set_to_none=True)
+    lr = optimizer_update(run.accelerator, run.reward_model, run.optimizer, run.scheduler)
     run.step += 1
     run.epoch_loss.append(sums["loss"])
     if "lm_loss" in sums:
