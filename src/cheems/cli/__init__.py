@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from cheems.cli import data, evaluate, models  # noqa: F401  (each registers its commands on the app)
+from cheems.cli import data, evaluate, models, serve  # noqa: F401  (each registers its commands on the app)
 from cheems.cli.annotate import annotate_app
 from cheems.cli.catalog import data_app
 from cheems.cli.experiment import experiment_app

@@ -1,0 +1,60 @@
+"""`cheems serve MODEL`: a reward model as an HTTP service (OpenRLHF's /get_reward, vLLM's /classify,
+cheems' /v1/score), concurrent requests gathered into shared forward batches."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import typer
+
+from cheems.cli.app import app
+from cheems.cli.console import err, reports_input_errors
+from cheems.cli.flags import build_settings, settings_flags
+from cheems.records import CheemsInputError
+from cheems.scoring.model_settings import ModelSettings
+from cheems.serving.engine import EngineSettings
+from cheems.serving.settings import ServeSettings
+
+__all__ = ["serve"]
+
+MODEL_FLAGS_NOT_TAKEN = ("batch_size", "token_budget", "check")
+"""ModelSettings the server leaves out: the engine's --max-batch and --token-budget size its
+batches, and the batch-invariance check needs rows to check on (run `cheems score --check`)."""
+
+
+@app.command("serve")
+@reports_input_errors
+@settings_flags(ServeSettings, into="serve_flags")
+@settings_flags(EngineSettings, into="engine_flags")
+@settings_flags(ModelSettings, into="model_flags", exclude=MODEL_FLAGS_NOT_TAKEN)
+def serve(model: Path = typer.Argument(..., help="Reward model folder (what `cheems score --model` takes)."),
+          serve_flags: dict = None, engine_flags: dict = None, model_flags: dict = None):
+    """Serve a reward model over HTTP until SIGTERM or Ctrl+C (requests in flight are answered first).
+
+    POST /get_reward (OpenRLHF: chat-formatted texts, no special tokens added), POST /classify
+    (vLLM's pooling API, as verl calls it), POST /v1/score (cheems rows; the chat template applied
+    as `cheems score` applies it), GET /health, GET /metrics (Prometheus). Prints one line when
+    ready, then one access line per request (method, path, status, seconds) to stderr."""
+    settings = build_settings(ServeSettings, serve_flags)
+    engine_settings = build_settings(EngineSettings, engine_flags)
+    model_settings = build_settings(ModelSettings, model_flags)
+    _need_extra()
+    from cheems.serving.server import build_reward_app, run_server
+
+    built = build_reward_app(model, model_settings, engine_settings, settings,
+                             notify=lambda line: err.print(line, soft_wrap=True))
+
+    def ready(url: str) -> None:
+        token = "; a bearer token is asked" if built.protected else ""
+        print(f"cheems serve: ready at {url} (model {built.model_name}, {built.layout or 'vllm'}, max length "
+              f"{built.max_length}{token}); Ctrl+C stops", file=sys.stderr, flush=True)
+
+    run_server(built, settings, ready)
+
+
+def _need_extra() -> None:
+    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise CheemsInputError(f"{', '.join(missing)} not installed: `pip install 'cheems[serve]'`")

@@ -1,0 +1,209 @@
+"""The reward server's web app: routes over a :class:`~cheems.serving.engine.ScoringEngine`.
+
+Routes (their bodies and replies: :mod:`cheems.serving.contracts`): ``POST /get_reward``
+(OpenRLHF), ``POST /classify`` (vLLM's pooling API, as verl calls it), ``POST /v1/score``
+(cheems rows, the chat template applied here), ``GET /health`` and ``GET /metrics`` (Prometheus
+text format 0.0.4).
+
+What every request goes through, in order: the bearer token when the server has one (401
+otherwise; ``/health`` is open to probes), the body's size (413 naming ``body``, from
+Content-Length before a byte is read, or as the body streams in), the contract's checks (413 or
+422 naming the field), the engine (a text the model cannot take: 422 naming it; the queue full
+or the server stopping: 503). Every error is ``{"error": {"message", "field"}}``; an error no
+check foresaw is logged with its traceback and answered 500 in that shape. Each request is
+counted in the metrics (route, status, seconds) and, unless turned off, logged as one line
+(method, path as sent, status, seconds) on the logger ``cheems.serving.access``, never a body or
+a header.
+
+The ``[serve]`` extra (FastAPI) is imported with this module: import it only to serve.
+
+Texts are tokenized on one worker thread of the app's (a tokenizer is not safe to share between
+threads), so the event loop keeps answering while a large request is encoded; the model runs on
+the engine's own thread. A client that goes away mid-request costs nothing but its own work:
+its scores are dropped when they come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException
+
+from cheems.records import CheemsInputError
+from cheems.serving.contracts import (ContractError, classify_reply, error_body, get_reward_reply, parse_classify,
+                                      parse_get_reward, parse_json_body, parse_score_rows, score_reply)
+from cheems.serving.engine import EngineUnavailable, ScoringEngine
+from cheems.serving.serve_metrics import PROMETHEUS_CONTENT_TYPE
+from cheems.serving.settings import ServeSettings
+
+__all__ = ["ACCESS_LOG", "OPEN_ROUTES", "ROUTES", "create_app"]
+
+ACCESS_LOG = logging.getLogger("cheems.serving.access")
+_ERRORS = logging.getLogger("cheems.serving.errors")
+ROUTES = ("/get_reward", "/classify", "/v1/score", "/health", "/metrics")
+"""The paths the metrics count by name; any other path is counted as ``other``."""
+OPEN_ROUTES = frozenset({"/health"})  # answered without the bearer token (probes)
+
+
+def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: str, api_key: str | None = None,
+               classify_activation: bool = True) -> FastAPI:
+    """The FastAPI app serving ``engine``: started with the app (lifespan) and stopped with it,
+    the requests queued when the server stops answered first. ``model_name`` is the name in
+    replies; ``api_key``, when given, the bearer token every request but ``/health`` must send;
+    ``classify_activation`` whether ``/classify`` applies the sigmoid when the request does
+    not say (vLLM's default for the model: False for a ``regression`` model)."""
+    tokenizing = {}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        tokenizing["pool"] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cheems-tokenize")
+        await engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop(drain=True)
+            tokenizing.pop("pool").shutdown(wait=False)
+
+    async def off_loop(fn, *args, **kwargs):
+        return await asyncio.get_running_loop().run_in_executor(tokenizing["pool"], lambda: fn(*args, **kwargs))
+
+    app = FastAPI(title="cheems serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.post("/get_reward")
+    async def get_reward(request: Request):
+        queries = parse_get_reward(await _json(request, settings), settings)
+        seqs = await off_loop(engine.encode_texts, queries, field="query")
+        return JSONResponse(get_reward_reply(await engine.score(seqs)))
+
+    @app.post("/classify")
+    async def classify(request: Request):
+        asked = parse_classify(await _json(request, settings), settings)
+        seqs = await off_loop(engine.encode_texts, asked.texts, field="input",
+                              add_special_tokens=asked.add_special_tokens)
+        scores = await engine.score(seqs)
+        activation = classify_activation if asked.activation is None else asked.activation
+        return JSONResponse(classify_reply(scores, sum(map(len, seqs)), model=model_name, activation=activation))
+
+    @app.post("/v1/score")
+    async def score(request: Request):
+        prompts = parse_score_rows(await _json(request, settings), settings)
+        seqs, prompt_of, keys = await off_loop(engine.encode_rows, prompts, field="rows")
+        return JSONResponse(score_reply(keys, await engine.score(seqs, prompt_of)))
+
+    @app.get("/health")
+    async def health():
+        if not engine.running:
+            return JSONResponse({"status": "stopping", "model": model_name}, status_code=503)
+        return {"status": "ok", "model": model_name}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(engine.metrics.prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
+
+    _add_error_replies(app)
+    app.add_middleware(_Boundary, metrics=engine.metrics, api_key=api_key, log_requests=settings.log_requests)
+    return app
+
+
+def _add_error_replies(app: FastAPI) -> None:
+    """Every refusal as ``{"error": {"message", "field"}}`` with its status."""
+    @app.exception_handler(ContractError)
+    async def contract(request, e: ContractError):
+        return JSONResponse(error_body(e.message, e.field), status_code=e.status)
+
+    @app.exception_handler(CheemsInputError)
+    async def unscorable(request, e: CheemsInputError):  # the engine: empty or too long for the model
+        return JSONResponse(error_body(e.message, e.field), status_code=422)
+
+    @app.exception_handler(EngineUnavailable)
+    async def unavailable(request, e: EngineUnavailable):
+        return JSONResponse(error_body(e.message), status_code=503, headers={"Retry-After": "1"})
+
+    @app.exception_handler(HTTPException)
+    async def http(request, e: HTTPException):  # 404 unknown path, 405 wrong method
+        return JSONResponse(error_body(str(e.detail)), status_code=e.status_code, headers=e.headers)
+
+
+async def _json(request, settings: ServeSettings) -> dict:
+    """The body as a JSON object, refused past ``max_body_bytes`` (the declared length first,
+    then as it streams in, for a body sent without one)."""
+    limit = settings.max_body_bytes
+    too_large = ContractError(413, f"larger than {limit} bytes (--max-body-bytes)", "body")
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return parse_json_body(b"".join(chunks))
+
+
+class _Boundary:
+    """ASGI middleware around the app: the bearer check, one access line and one metrics count
+    per request, and a last-resort 500 in the error shape for an error nothing else caught."""
+
+    def __init__(self, app, metrics, *, api_key: str | None, log_requests: bool):
+        self.app = app
+        self.metrics = metrics
+        self.expected = None if api_key is None else f"Bearer {api_key}".encode()
+        self.log_requests = log_requests
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        sent = {"status": None}
+
+        async def watched(message):
+            if message["type"] == "http.response.start":
+                sent["status"] = message["status"]
+            await send(message)
+
+        try:
+            if self.expected is not None and scope["path"] not in OPEN_ROUTES and not self._authorized(scope):
+                await _reply(watched, 401, error_body("missing or wrong bearer token: send 'Authorization: Bearer "
+                                                      "TOKEN'", "authorization"), [(b"www-authenticate", b"Bearer")])
+            else:
+                await self.app(scope, receive, watched)
+        except Exception:
+            if sent["status"] is not None:
+                raise
+            _ERRORS.exception("unhandled error in %s %s", scope.get("method"), _path(scope))
+            await _reply(watched, 500, error_body("internal error (logged on the server)"))
+        finally:
+            self._record(scope, sent["status"], time.perf_counter() - started)
+
+    def _authorized(self, scope) -> bool:
+        given = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), b"")
+        return hmac.compare_digest(given, self.expected)
+
+    def _record(self, scope, status: int | None, seconds: float) -> None:
+        path = scope.get("path", "")
+        self.metrics.observe_request(path if path in ROUTES else "other", status or 499, seconds)
+        if self.log_requests:
+            ACCESS_LOG.info("%s %s %s %.3fs", scope.get("method"), _path(scope), status or "-", seconds)
+
+
+async def _reply(send, status: int, body: dict, headers: list | None = None) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _path(scope) -> str:
+    """The path as sent (still percent-encoded, so no decoded text can break a log line)."""
+    raw = scope.get("raw_path") or scope.get("path", "").encode("utf-8", "backslashreplace")
+    return raw.decode("ascii", "backslashreplace")

@@ -1,0 +1,68 @@
+"""The settings of the reward server, declared once: where `cheems serve` listens and what it lets in.
+
+:class:`ServeSettings` are the flags of ``cheems serve`` that are about HTTP (how the model runs
+is :class:`~cheems.scoring.model_settings.ModelSettings`, how requests are batched
+:class:`~cheems.serving.engine.EngineSettings`). :func:`read_api_key` reads the bearer token
+from its file once, at start. The standard library only: the CLI builds its flags from this
+class without the ``[serve]`` extra installed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from cheems.records import CheemsInputError
+from cheems.settings import check_settings, setting
+
+__all__ = ["ServeSettings", "read_api_key"]
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Where the reward server listens, who may call it and how much one request may ask."""
+
+    host: str = setting("127.0.0.1", nonempty=True, help="Address to listen on (the loopback only, unless "
+                        "you name another address)")
+    port: int = setting(8000, min=0, lt=65536, help="Port to listen on (0: any free port, shown when ready)")
+    api_key_file: str | os.PathLike | None = setting(None, default_text="none: no token asked",
+                                                     help="File holding the token every request must send "
+                                                          "as 'Authorization: Bearer TOKEN' (/health aside)")
+    max_body_bytes: int = setting(16 << 20, min=1, help="Largest request body, in bytes (larger: 413)")
+    max_queries: int = setting(1024, min=1, help="Most texts (queries, inputs or responses) in one request "
+                               "(more: 413)")
+    max_query_chars: int = setting(200_000, min=1, help="Longest text in a request, in characters (longer: 413)")
+    served_model_name: str | None = setting(None, default_text="the model folder's name",
+                                            help="The model's name in /classify replies and /health")
+    log_requests: bool = setting(True, help="One access-log line per request on stderr (method, path, status, "
+                                 "seconds)")
+    shutdown_timeout_s: float = setting(30.0, gt=0, help="On SIGTERM or Ctrl+C: seconds the requests in flight "
+                                        "have to finish before the server stops anyway")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+def read_api_key(path: str | os.PathLike) -> str:
+    """The bearer token in the file ``path`` (surrounding whitespace stripped). Refused (field
+    ``--api-key-file``) when the file is missing, empty, or readable by every user of the
+    machine: a token anyone can read protects nothing."""
+    f = Path(path)
+    try:
+        mode = f.stat().st_mode
+        text = f.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CheemsInputError(f"no such file: {f}", field="--api-key-file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheemsInputError(f"cannot read {f}: {e}", field="--api-key-file") from None
+    if os.name == "posix" and mode & stat.S_IROTH:
+        raise CheemsInputError(f"{f} is readable by every user; make it private (chmod 600 {f})",
+                               field="--api-key-file")
+    token = text.strip()
+    if not token:
+        raise CheemsInputError(f"{f} is empty; write the token into it", field="--api-key-file")
+    if any(c.isspace() for c in token):
+        raise CheemsInputError(f"{f} holds more than one word; the token is one word", field="--api-key-file")
+    return token
