@@ -44,6 +44,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench_catalog.py
 	$(BIN)/python benchmarks/bench_objectives.py
 	$(BIN)/python benchmarks/bench_local_judge.py
+	$(BIN)/python benchmarks/bench_serve.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -17,6 +17,7 @@ from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
 from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
+from cheems.scoring.remote_scorer import RemoteScorerSettings
 
 __all__ = ["analyze_app", "curate_app"]
 
@@ -179,6 +180,7 @@ def _judge_locally(inputs: list, output: Path, judge_model: Path, judge_settings
 @reports_input_errors
 @settings_flags(ModelSettings, into="model_flags", when="--rm", plain=("backend", "trust_remote_code"))
 @settings_flags(ResolveSettings, into="resolve_flags")
+@settings_flags(RemoteScorerSettings, into="server_flags", when="--server", plain=("server",))
 def resolve(
     inputs: List[Path] = typer.Argument(..., help="Judged prompts (the judge stage's output)."),
     output: Path = typer.Option(..., "-o", "--output", help="Prompts whose comparisons form no cycle."),
@@ -186,18 +188,19 @@ def resolve(
                                       "(`cheems train`); scores go to OUT.scores.jsonl, resumable."),
     scores: Optional[Path] = typer.Option(None, "--scores", help="Or: a scores file of that model."),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
-    resolve_flags: dict = None, model_flags: dict = None,
+    resolve_flags: dict = None, model_flags: dict = None, server_flags: dict = None,
 ):
     """Distant supervision (§4.2): where the judge's comparisons form cycles keep only those the
     reward model agrees with; report kept/dropped and judge-RM agreement per category."""
     inputs = data_paths(inputs)
+    from cheems.cli.report import server_scorer
     from cheems.curation.stages import run_resolve, stage_settings
 
     cfg = build_settings(ResolveSettings, resolve_flags, config=config, section=stage_settings(config, "resolve"),
                          prefix="resolve.")
-    settings = build_settings(ModelSettings, model_flags)
+    settings, server = build_settings(ModelSettings, model_flags), server_scorer(server_flags)
     with progress("scoring") as bar:
-        report = run_resolve(inputs, output, scores=scores, rm=rm, scope=cfg.scope, margin=cfg.margin,
+        report = run_resolve(inputs, output, scores=scores, rm=rm, server=server, scope=cfg.scope, margin=cfg.margin,
                              model_settings=settings, progress=bar, notify=err.print)
     t = report["total"]
     out.print(f"kept {t['kept']} of {t['comparisons']} comparisons, dropped {t['dropped']} "

@@ -12,11 +12,12 @@ import typer
 from rich.table import Table
 
 from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_input_errors
-from cheems.cli.flags import build_settings, settings_flags
+from cheems.cli.flags import build_settings, flag_name, settings_flags
 from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
 from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
+from cheems.scoring.remote_scorer import RemoteScorerSettings
 
 __all__ = ["register"]
 
@@ -65,6 +66,7 @@ def _ns(text: str) -> list[int]:
                 names={"language": "--judge-language", "ties": "--judge-ties"})
 @settings_flags(ModelSettings, into="model_flags", when="--model or --judge-model",
                 plain=("backend", "trust_remote_code"))
+@settings_flags(RemoteScorerSettings, into="server_flags", when="--server", plain=("server",))
 def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N candidate responses each."),
         gold: Optional[Path] = typer.Option(None, "--gold", help="SCORES-shaped rows {prompt_id, response_id, "
                                             "score}: each response's true quality (a number, or +1/-1 win/loss "
@@ -82,7 +84,7 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
         skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
         name: Optional[str] = typer.Option(None, "--name", help="The model's name in the report (default: the "
                                            "scores file's stem or the model folder's name)."),
-        judge_flags: dict = None, model_flags: dict = None, local_flags: dict = None):
+        judge_flags: dict = None, model_flags: dict = None, local_flags: dict = None, server_flags: dict = None):
     """Best-of-n (paper §6.2): the expected gold quality of the reward model's pick among n of the
     N candidates, exact over all n-subsets, per category and overall with bootstrap CIs; and/or
     the judged win rate of its best-of-N pick against a baseline response."""
@@ -90,21 +92,34 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
     from cheems.report.bon import best_of_n_files
 
     check_outputs([json_out], [*candidates, gold, scores, judge_flags.get("cache_path")])
-    ns, (judge, local) = _ns(n), _bon_judges(judge_flags, local_flags, judge_model, seed)
-    with progress("scoring / judging") if model or judge or local else contextlib.nullcontext(None) as bar:
+    server, ns = server_scorer(server_flags), _ns(n)
+    judge, local = _bon_judges(judge_flags, local_flags, judge_model, seed)
+    with progress("scoring / judging") if model or server or judge or local else contextlib.nullcontext(None) as bar:
         report, errors = best_of_n_files([str(c) for c in candidates], str(gold) if gold else None, ns,
                                          scores=str(scores) if scores else None, model=str(model) if model else None,
-                                         model_settings=build_settings(ModelSettings, model_flags), judge=judge,
-                                         judge_model=judge_model, judge_settings=local, baseline=baseline,
+                                         server=server, model_settings=build_settings(ModelSettings, model_flags),
+                                         judge=judge, judge_model=judge_model, judge_settings=local, baseline=baseline,
                                          n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
                                          notify=err.print, name=name)
     print_skipped(errors)
-    if report.get("repeated_score_rows"):
-        err.print(f"note: {report['repeated_score_rows']} row(s) of the scores file repeat an earlier row's score; "
-                  "each counts once")
     if json_out:
         write_json(json_out, report)
     _print_bon(report)
+
+
+def server_scorer(server_flags: dict):
+    """The RemoteScorer of ``--server URL`` (None without it), its token read from --api-key-file."""
+    from cheems.scoring.remote_scorer import RemoteScorer
+    from cheems.serving.settings import read_api_key
+
+    s = build_settings(RemoteScorerSettings, server_flags)
+    if s.server is None:
+        if server_flags:
+            given = [flag_name(k) for k in sorted(server_flags)]
+            raise CheemsInputError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --server URL")
+        return None
+    return RemoteScorer(s.server, api_key=read_api_key(s.api_key_file) if s.api_key_file else None,
+                        timeout=s.server_timeout_s, batch_rows=s.server_batch_rows)
 
 
 def _bon_judges(judge_flags: dict, local_flags: dict, judge_model: Path | None,
@@ -118,6 +133,9 @@ def _bon_judges(judge_flags: dict, local_flags: dict, judge_model: Path | None,
 
 
 def _print_bon(report: dict) -> None:
+    if report.get("repeated_score_rows"):
+        err.print(f"note: {report['repeated_score_rows']} row(s) of the scores file repeat an earlier row's score; "
+                  "each counts once")
     if "curve" in report:
         _print_curve(report)
     if "judged" in report:

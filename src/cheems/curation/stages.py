@@ -219,31 +219,36 @@ class _LazyJudge:
 
 
 def run_resolve(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *,
-                scores: str | os.PathLike | None = None, rm: str | os.PathLike | None = None,
+                scores: str | os.PathLike | None = None, rm: str | os.PathLike | None = None, server=None,
                 scope: str = "cycles", margin: float = 0.0, model_settings=None,
                 progress: Progress | None = None, notify: Callable[[str], None] | None = None) -> dict:
     """Distant supervision (`cheems.curation.distant_supervision`) with the scores of a
     reward model: read from ``scores``, or computed with ``rm`` into ``OUT.scores.jsonl`` as
     ``cheems score`` computes them (:func:`cheems.scoring.run.score_with_model`, run as
     ``model_settings``, a :class:`~cheems.scoring.model_settings.ModelSettings`, say;
-    resumable: a rerun scores only what is missing)."""
+    resumable: a rerun scores only what is missing), or with ``server`` (a
+    :class:`~cheems.scoring.remote_scorer.RemoteScorer`: a running ``cheems serve`` scores them,
+    into the same file)."""
     from cheems.curation.distant_supervision import distant_supervision
     from cheems.formats import read_scores
 
-    if (scores is None) == (rm is None):
-        raise CheemsInputError("give the reward model's scores (--scores FILE) or the model (--rm PATH), one of them")
+    if sum(x is not None for x in (scores, rm, server)) != 1:
+        raise CheemsInputError("give the reward model's scores (--scores FILE), the model (--rm PATH) or a server "
+                               "of it (--server URL), one of them")
     scored = sidecar(output, "scores")
-    check_stage([*inputs, scores], output, extra=[scored, scored.with_name(scored.name + ".meta.json")] if rm else [])
+    computed = rm is not None or server is not None
+    meta = scored.with_name(scored.name + ".meta.json")
+    check_stage([*inputs, scores], output, extra=[scored, meta] if computed else [])
     if rm is not None:
         from cheems.models.checkpoints import check_model_folder
 
         check_model_folder(rm)
     prompts = read_inputs(inputs)
-    if rm is not None:
+    if computed:
         from cheems.scoring.run import score_with_model
 
         scores = scored
-        score_with_model(rm, prompts, model_settings, output=scores, progress=progress, notify=notify)
+        score_with_model(server or rm, prompts, model_settings, output=scores, progress=progress, notify=notify)
     result = distant_supervision(prompts, read_scores(scores), scope=scope, margin=margin)
     report = result.report()
     total = report["total"]

@@ -104,24 +104,25 @@ def _point(n: int, e: np.ndarray, left_out: int, rng: np.random.Generator, n_boo
 
 
 def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[int], *, scores: str | None = None,
-                    model: str | None = None, model_settings=None, judge=None, judge_model: str | None = None,
+                    model: str | None = None, server=None, model_settings=None, judge=None, judge_model: str | None = None,
                     judge_settings=None, baseline: str | None = None, n_bootstrap: int = 1000, seed: int = 0,
                     fmt: str | None = None, skip_invalid: bool = False, progress=None, notify=None,
                     name: str | None = None) -> tuple[dict, list]:
-    """The best-of-n report of one reward model (``scores`` file or ``model`` folder) on candidate
+    """The best-of-n report of one reward model (``scores`` file, ``model`` folder or ``server``, a
+    :class:`~cheems.scoring.remote_scorer.RemoteScorer` of a running ``cheems serve``) on candidate
     files: the curve against a GOLD scores file, and/or (with ``judge``, a JudgeConfig, or
     ``judge_model``, a causal LM folder judging by its verdict probabilities as ``judge_settings``,
     a :class:`~cheems.scoring.local_judge.JudgeModelSettings`, say, run as ``model_settings`` say;
     and ``baseline``, a response id) the judged win rate of its best-of-N pick
     (:func:`judged_win_rate`, :func:`locally_judged_win_rate`). ``name``: the model's name in the
-    report (default: the scores file's stem or the model folder's name). Returns ``(report,
-    skipped row errors)``."""
+    report (default: the scores file's stem, the model folder's name or the served model's name).
+    Returns ``(report, skipped row errors)``."""
     from pathlib import Path
 
     from cheems.benchmark import read_benchmark
     from cheems.formats import read_scores
 
-    _check_request(scores, model, gold, judge, judge_model, baseline, name, ns)
+    _check_request(scores, model, server, gold, judge, judge_model, baseline, name, ns)
     res, _ = read_benchmark(candidates, skip_invalid=skip_invalid, fmt=fmt, empty="no valid prompts with candidates")
     gold_map = _read(read_scores, gold) if gold is not None else None
     if scores is not None:
@@ -130,8 +131,9 @@ def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[in
         from cheems.scoring.model_settings import ModelSettings
         from cheems.scoring.run import model_scores
 
-        rewards, _ = model_scores(model, model_settings or ModelSettings(), res.prompts, progress, notify)
-        default_name = Path(model).name
+        settings = model_settings or ModelSettings()
+        rewards, _ = model_scores(server or model, settings, res.prompts, progress, notify)
+        default_name = server.name if server is not None else Path(model).name
     report = {"kind": "bon", "model": name or default_name, "prompts": len(res.prompts)}
     repeated = sum(getattr(m, "repeated", 0) for m in (rewards, gold_map) if m is not None)
     if repeated:  # rows that gave a response the score an earlier row gave it: counted once
@@ -154,11 +156,11 @@ def best_of_n_files(candidates: Sequence[str], gold: str | None, ns: Sequence[in
     return report, res.errors
 
 
-def _check_request(scores, model, gold, judge, judge_model, baseline, name, ns) -> None:
+def _check_request(scores, model, server, gold, judge, judge_model, baseline, name, ns) -> None:
     """The arguments of :func:`best_of_n_files` that do not go together, each one error; the judge
     model's folder checked before any work."""
-    if (scores is None) == (model is None):
-        raise CheemsInputError("give exactly one of --scores FILE or --model DIR")
+    if sum(x is not None for x in (scores, model, server)) != 1:
+        raise CheemsInputError("give exactly one of --scores FILE, --model DIR or --server URL")
     if judge is not None and judge_model is not None:
         raise CheemsInputError("give one judge: --judge MODEL (an API) or --judge-model DIR (a local model)")
     judged = judge is not None or judge_model is not None

@@ -1,11 +1,12 @@
 """Scoring rows with a reward model: the one home of what ``cheems score --model``, ``cheems
-eval --model``, ``cheems bon --model`` and ``cheems curate resolve --rm`` do.
+eval --model``, ``cheems bon --model``/``--server`` and ``cheems curate resolve --rm``/``--server`` do.
 
 :func:`score_with_model` loads the model as :class:`~cheems.scoring.model_settings.ModelSettings`
 say (transformers or vLLM, optionally on Ray) and scores every response, either into a SCORES
 file that survives interruption (rows ``{prompt_id, response_id, score}`` appended batch by
 batch; a rerun resumes, and a rerun with another model or other settings is refused before the
-model loads) or into memory.
+model loads) or into memory. A :class:`~cheems.scoring.remote_scorer.RemoteScorer` goes where the
+model folder would: the rows are scored by a running ``cheems serve`` instead.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import orjson
 from cheems.io import ResumableJsonl
 from cheems.records import CheemsInputError, Prompt
 from cheems.scoring.model_settings import ModelSettings
+from cheems.scoring.remote_scorer import RemoteScorer
 
 __all__ = ["ModelScoring", "load_scorer", "model_scores", "responses_fingerprint", "score_to_file",
            "score_with_model", "scores_meta"]
@@ -71,8 +73,10 @@ def score_to_file(rm, prompts: Sequence[Prompt], output: str | Path, *, meta: di
     with ResumableJsonl(output, meta, overwrite=overwrite) as out:
         done = {(r["prompt_id"], r["response_id"]) for r in out.rows}
         scored = 0
-        for batch in score_prompts(rm, prompts, token_budget=token_budget, batch_size=batch_size,
-                                   done=done, progress=progress):
+        batches = (rm.score_prompts(prompts, done=done, progress=progress) if isinstance(rm, RemoteScorer) else
+                   score_prompts(rm, prompts, token_budget=token_budget, batch_size=batch_size, done=done,
+                                 progress=progress))
+        for batch in batches:
             out.append({"prompt_id": p, "response_id": r, "score": s} for p, r, s in batch)
             scored += len(batch)
     total = sum(len(p.responses) for p in prompts)
@@ -128,7 +132,8 @@ class ModelScoring:
     replicas: int | None = None
 
 
-def score_with_model(model: str | os.PathLike, prompts: Sequence[Prompt], settings: ModelSettings | None = None, *,
+def score_with_model(model: str | os.PathLike | RemoteScorer, prompts: Sequence[Prompt],
+                     settings: ModelSettings | None = None, *,
                      output: str | os.PathLike | None = None, overwrite: bool = False, ray: bool = False,
                      replicas: int | None = None, progress: Progress | None = None,
                      notify: Notify | None = None) -> ModelScoring:
@@ -139,7 +144,12 @@ def score_with_model(model: str | os.PathLike, prompts: Sequence[Prompt], settin
     against these settings before the model loads, ``overwrite`` starts again); ``ray`` runs
     the transformers back-end on a Ray cluster (:func:`cheems.scoring.ray_scoring.score_with_ray`,
     ``replicas`` of it). Without ``output`` the scores are returned, keyed
-    ``(prompt_id, response_id)``. ``progress(done, total)`` follows the responses scored."""
+    ``(prompt_id, response_id)``. ``progress(done, total)`` follows the responses scored.
+
+    ``model`` may be a :class:`~cheems.scoring.remote_scorer.RemoteScorer`: the server's model
+    scores, in memory or into ``output`` as above (``settings`` and ``ray`` do not apply)."""
+    if isinstance(model, RemoteScorer):
+        return _score_remotely(model, prompts, output, overwrite, progress)
     s = settings or ModelSettings()
     if ray and output is None:
         raise CheemsInputError("scoring on Ray writes a scores file; give an output file")
@@ -162,6 +172,16 @@ def score_with_model(model: str | os.PathLike, prompts: Sequence[Prompt], settin
     summary = score_to_file(rm, prompts, output, meta=meta, token_budget=s.token_budget, batch_size=s.batch_size,
                             overwrite=overwrite, progress=progress)
     return ModelScoring(None, summary["scored"], summary["resumed"], total, rm.layout, rm.stats)
+
+
+def _score_remotely(server: RemoteScorer, prompts, output, overwrite: bool, progress) -> ModelScoring:
+    total = sum(len(p.responses) for p in prompts)
+    if output is None:
+        scores = server.scores(prompts, progress=progress)
+        return ModelScoring(scores, len(scores), 0, total)
+    meta = {**server.meta(), "responses_fingerprint": responses_fingerprint(prompts)}
+    summary = score_to_file(server, prompts, output, meta=meta, overwrite=overwrite, progress=progress)
+    return ModelScoring(None, summary["scored"], summary["resumed"], total)
 
 
 def _score_in_memory(model, prompts, s: ModelSettings, layout, total: int, progress, notify) -> ModelScoring:
