@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -27,8 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT, run_cli_in
-from tests.tiny_models import ONE_THREAD_ENV, require_models_extra
+from tests.conftest import HANG_TIMEOUT_S, run_cli_in
+from tests.serve_process import launch_serve
+from tests.tiny_models import require_models_extra
 
 require_models_extra()
 httpx = pytest.importorskip("httpx")
@@ -39,7 +39,6 @@ pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
 TOKEN = "tok-3f9a1c"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
-READY = re.compile(r"^cheems serve: ready at (http://127\.0\.0\.1:\d+)/ \(model (\S+), ")
 ACCESS = re.compile(r"^\S+ \S+ (GET|POST) (\S+) (\d{3}) (\d+\.\d{3})s$")
 ATOL_CHEEMS_SCORE = 1e-5  # the server vs `cheems score`, fp32 CPU
 ATOL_BATCHING = 1e-6  # one request among concurrent others vs alone
@@ -78,25 +77,12 @@ def start_server(model: Path, folder: Path, *flags: str) -> Server:
     key.write_text(TOKEN + "\n")
     key.chmod(0o600)
     log = folder / "serve.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cheems", "serve", str(model), "--port", "0",
-                                 "--api-key-file", str(key), "--max-body-bytes", str(MAX_BODY_BYTES),
-                                 "--max-queries", str(MAX_QUERIES),
-                                 "--max-query-chars", str(MAX_QUERY_CHARS), *flags],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env={**os.environ, **ONE_THREAD_ENV})
-    deadline = time.monotonic() + HANG_TIMEOUT_S
-    while time.monotonic() < deadline:
-        for line in log.read_text().splitlines():
-            if found := READY.match(line):
-                server = Server(proc, log, found.group(1), found.group(2))
-                assert httpx.get(server.url + "/health", timeout=HANG_TIMEOUT_S).json() == {
-                    "status": "ok", "model": server.name}
-                return server
-        if proc.poll() is not None:
-            raise AssertionError(f"serve exited {proc.returncode}:\n{log.read_text()}")
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"no ready line within {HANG_TIMEOUT_S}s:\n{log.read_text()}")
+    proc, url, name = launch_serve(model, log, "--api-key-file", str(key), "--max-body-bytes", str(MAX_BODY_BYTES),
+                                   "--max-queries", str(MAX_QUERIES), "--max-query-chars", str(MAX_QUERY_CHARS),
+                                   *flags)
+    server = Server(proc, log, url, name)
+    assert httpx.get(server.url + "/health", timeout=HANG_TIMEOUT_S).json() == {"status": "ok", "model": server.name}
+    return server
 
 
 # ----------------------------------------------------------------------------- rows and reference scores

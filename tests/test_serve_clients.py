@@ -10,12 +10,9 @@ or as a Python caller does (:class:`cheems.scoring.remote_scorer.RemoteScorer`).
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -23,29 +20,16 @@ import pytest
 
 from cheems.records import CheemsInputError, Prompt, Response
 from cheems.scoring.remote_scorer import RemoteScorer, request_chunks
-from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT, run_cli_in
-from tests.tiny_models import ONE_THREAD_ENV
+from tests.conftest import HANG_TIMEOUT_S, run_cli_in
+from tests.serve_process import launch_serve
 
-READY = re.compile(r"^cheems serve: ready at (http://127\.0\.0\.1:\d+)/ ")
 TOKEN = "s3cret-token-for-tests"
 
 
 def start_server(model: Path, log: Path, *args: str) -> tuple[subprocess.Popen, str]:
     """`cheems serve MODEL --port 0 ARGS` in a subprocess, and its URL once the ready line says it."""
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "cheems.cli", "serve", str(model), "--port", "0", *args],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                                env={**os.environ, **ONE_THREAD_ENV})
-    deadline = time.monotonic() + HANG_TIMEOUT_S
-    while time.monotonic() < deadline:
-        for line in log.read_text().splitlines():
-            if found := READY.match(line):
-                return proc, found.group(1)
-        if proc.poll() is not None:
-            raise AssertionError(f"serve exited {proc.returncode}:\n{log.read_text()}")
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError(f"no ready line within {HANG_TIMEOUT_S}s:\n{log.read_text()}")
+    proc, url, _ = launch_serve(model, log, *args)
+    return proc, url
 
 
 @pytest.fixture(scope="module")
