@@ -52,10 +52,11 @@ from cheems.training.generative_loss import verdict_loss
 from cheems.training.judge_data import (JudgeData, JudgeEvalSet, encode_judge_data, encode_judge_eval_set,
                                         judge_template_of, verdict_ids)
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, MetricsLog, check_resume, finished_summary,
-                                           list_checkpoints, load_checkpoint, save_checkpoint, save_final_model,
-                                           save_model_whole, write_summary)
-from cheems.training.recipe_setup import (MAX_GRAD_NORM, make_accelerator, optimizer_update, ready_for_training,
-                                          step_groups, token_budget_per_process, with_lora)
+                                           load_checkpoint, save_checkpoint, save_final_model, save_model_whole,
+                                           write_summary)
+from cheems.training.recipe_setup import (MAX_GRAD_NORM, make_accelerator, optimizer_update, prepare_optimisation,
+                                          ready_for_training, resume_point, step_groups, token_budget_per_process,
+                                          with_lora)
 from cheems.training.training_data import read_training_prompts
 
 __all__ = ["FINAL_MODEL_TEMP", "MAX_GRAD_NORM", "GenerativeRun", "Notify", "Progress", "VerdictModel",
@@ -244,22 +245,6 @@ class GenerativeRun:
     epoch_right: list[tuple[int, int]] = field(default_factory=list)
 
 
-def _prepare_optimisation(accelerator, model, config: TrainConfig, total_steps: int):
-    """``(model, optimizer, scheduler, trainable)``: ``model`` wrapped as a `VerdictModel`,
-    AdamW over its trainable weights, a cosine schedule with linear warm-up; prepared by
-    accelerate, the scheduler registered for checkpointing."""
-    from transformers import get_cosine_schedule_with_warmup
-
-    wrapped = VerdictModel(model)
-    params = [p for p in wrapped.parameters() if p.requires_grad]
-    trainable = sum(p.numel() for p in params)
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
-    wrapped, optimizer = accelerator.prepare(wrapped, optimizer)
-    accelerator.register_for_checkpointing(scheduler)
-    return wrapped, optimizer, scheduler, trainable
-
-
 def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
                          data_fingerprint: str | None = None) -> GenerativeRun:
     """Everything before the first step: the accelerator, the resume point (checked against
@@ -271,8 +256,7 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
     accelerator = make_accelerator(config)
     if accelerator.device.type == "cpu":
         use_available_cores()
-    found = list_checkpoints(output) if config.resume else []
-    start_step, resume_from = found[-1] if found else (0, None)
+    start_step, resume_from = resume_point(config, output)
     data_fingerprint = data_fingerprint or files_fingerprint(config.train)
     if resume_from is not None:
         check_resume(resume_from, config, data_fingerprint)
@@ -297,7 +281,8 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
     first_batches = epoch_judge_batches(lengths, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))
     total_steps = steps_per_epoch * config.epochs
-    wrapped, optimizer, scheduler, trainable = _prepare_optimisation(accelerator, model, config, total_steps)
+    wrapped, optimizer, scheduler, trainable = prepare_optimisation(accelerator, VerdictModel(model), config,
+                                                                    total_steps)
     if resume_from is not None:
         load_checkpoint(accelerator, resume_from)
     if accelerator.is_main_process:

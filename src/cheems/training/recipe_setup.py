@@ -31,8 +31,9 @@ from cheems.training.output_folder import MetricsLog, check_resume, list_checkpo
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
                                            read_training_prompts)
 
-__all__ = ["DROPPED_WARNING_SHARE", "MAX_GRAD_NORM", "MISSING_EXTRA", "Notify", "TrainingRun", "epoch_batches", "load_for_training",
-           "make_accelerator", "optimizer_update", "ready_for_training", "setup_run", "step_groups", "token_budget_per_process", "with_lora"]
+__all__ = ["DROPPED_WARNING_SHARE", "MAX_GRAD_NORM", "MISSING_EXTRA", "Notify", "TrainingRun", "epoch_batches",
+           "load_for_training", "make_accelerator", "optimizer_update", "prepare_optimisation", "ready_for_training",
+           "resume_point", "setup_run", "step_groups", "token_budget_per_process", "with_lora"]
 
 MAX_GRAD_NORM = 1.0
 """The gradient norm every optimizer step clips to."""
@@ -82,7 +83,7 @@ def load_for_training(path: str, *, gradient_checkpointing: bool, packing: bool 
     """``(tokenizer, model)``: the starting checkpoint in float32: for ``bt`` through the shared
     loader (:func:`cheems.models.checkpoints.load_classifier`), checked to be a decoder with a
     ``score`` head; for ``dual`` a causal LM (:func:`cheems.training.dual.load_causal_lm`),
-    whose scalar head `_prepare_optimisation` adds. Gradient checkpointing switched on when
+    whose scalar head `_reward_module` adds. Gradient checkpointing switched on when
     asked, the packed attention with ``packing`` (:mod:`cheems.models.packing`), Liger's
     kernels and compiled decoder layers when asked (:mod:`cheems.models.kernels`)."""
     with quiet_transformers():
@@ -144,7 +145,7 @@ def with_lora(model, config: TrainConfig):
         raise CheemsInputError(str(e), field="lora_target") from None
 
 
-def _resume_point(config: TrainConfig, output: Path) -> tuple[int, Path | None]:
+def resume_point(config: TrainConfig, output: Path) -> tuple[int, Path | None]:
     """``(step, checkpoint folder)`` to continue from: the last checkpoint in ``output`` when
     ``config.resume`` is set and one exists, else ``(0, None)``."""
     found = list_checkpoints(output) if config.resume else []
@@ -175,30 +176,33 @@ def step_groups(batches: list[list[int]], gradient_accumulation: int) -> list[li
     return [extended[i:i + ga] for i in range(0, len(extended), ga)]
 
 
-def _prepare_optimisation(accelerator, model, config: TrainConfig, total_steps: int):
-    """``(reward_model, optimizer, scheduler, trainable parameters)``: ``model`` wrapped as a
-    `RewardModel` (for ``dual`` a `DualModel` with a new scalar head), AdamW over its
-    trainable weights and a cosine schedule with linear warm-up, prepared by accelerate (the
-    scheduler registered for checkpointing)."""
-    import torch
-    from transformers import get_cosine_schedule_with_warmup
-
+def _reward_module(model, config: TrainConfig):
+    """``model`` as the trainer runs it: a `RewardModel`, or for ``dual`` a `DualModel` with a
+    new scalar head (seeded)."""
     from cheems.training.reward_model import RewardModel
 
     if config.objective == "dual":
         from cheems.training.dual import DualModel, new_score_head
 
-        reward_model = DualModel(model, new_score_head(unwrap_peft(model).config, seed=config.seed))
-    else:
-        reward_model = RewardModel(model)
-    params = [p for p in reward_model.parameters() if p.requires_grad]
+        return DualModel(model, new_score_head(unwrap_peft(model).config, seed=config.seed))
+    return RewardModel(model)
+
+
+def prepare_optimisation(accelerator, module, config: TrainConfig, total_steps: int):
+    """``(module, optimizer, scheduler, trainable parameters)``: AdamW over the module's
+    trainable weights and a cosine schedule with linear warm-up, prepared by accelerate (the
+    scheduler registered for checkpointing): the same for every objective's module."""
+    import torch
+    from transformers import get_cosine_schedule_with_warmup
+
+    params = [p for p in module.parameters() if p.requires_grad]
     trainable = sum(p.numel() for p in params)  # counted before ZeRO-3 partitions them
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
     # stepped by us once per optimizer step (accelerate would step it once per process)
     scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
-    reward_model, optimizer = accelerator.prepare(reward_model, optimizer)
+    module, optimizer = accelerator.prepare(module, optimizer)
     accelerator.register_for_checkpointing(scheduler)
-    return reward_model, optimizer, scheduler, trainable
+    return module, optimizer, scheduler, trainable
 
 
 @dataclass
@@ -252,7 +256,7 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     accelerator = make_accelerator(config)
     if accelerator.device.type == "cpu":
         use_available_cores()  # torch's default is every core of the machine, busy or not
-    start_step, resume_from = _resume_point(config, output)
+    start_step, resume_from = resume_point(config, output)
     data_fingerprint = data_fingerprint or files_fingerprint(config.train)
     if resume_from is not None:
         check_resume(resume_from, config, data_fingerprint)  # before anything loads
@@ -275,7 +279,8 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     first_batches = epoch_batches(data, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))
     total_steps = steps_per_epoch * config.epochs
-    reward_model, optimizer, scheduler, trainable = _prepare_optimisation(accelerator, model, config, total_steps)
+    reward_model, optimizer, scheduler, trainable = prepare_optimisation(accelerator, _reward_module(model, config),
+                                                                         config, total_steps)
     if resume_from is not None:
         load_checkpoint(accelerator, resume_from)
     if accelerator.is_main_process:

@@ -53,8 +53,8 @@ from cheems.training.recipe_setup import (DROPPED_WARNING_SHARE, MAX_GRAD_NORM, 
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
                                            read_training_prompts)
 
-__all__ = ["FINAL_MODEL_TEMP", "MAX_GRAD_NORM", "MISSING_EXTRA", "SLOW_STEP_FACTOR", "EvalSet", "Progress", "SlowStepWatch",
-           "TrainingData", "TrainingRun",
+__all__ = ["FINAL_MODEL_TEMP", "MAX_GRAD_NORM", "MISSING_EXTRA", "SLOW_STEP_FACTOR", "EvalSet", "Progress",
+           "SlowStepWatch", "TrainingData", "TrainingRun",
            "encode_eval_set", "encode_training_data", "finish_run", "load_for_training",
            "DROPPED_WARNING_SHARE", "Notify", "batch_rewards", "finished_summary", "read_training_prompts", "setup_run",
            "token_budget_per_process", "train", "train_epoch"]
