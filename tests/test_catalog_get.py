@@ -14,6 +14,7 @@ pytest.importorskip("datasets")
 from cheems.catalog.get import generic_entry, get_dataset, iter_converted, parse_spec, resolve_data  # noqa: E402
 from cheems.catalog.registry import CATALOG, find_entry  # noqa: E402
 from cheems.records import CheemsInputError  # noqa: E402
+from tests.conftest import run_cli_process  # noqa: E402
 
 
 def _transcript(question: str, answer: str) -> str:
@@ -126,9 +127,10 @@ def test_missing_source_folder_is_one_line(tmp_path: Path):
         list(iter_converted("hh-rlhf", source=str(tmp_path / "nowhere" / "x")))
 
 
-def test_offline_without_cache_says_so(run_cli, monkeypatch):
+def test_offline_without_cache_says_so(tmp_path: Path, monkeypatch):
+    # a real process: `datasets` reads HF_DATASETS_OFFLINE when it is imported, as a user's run does
     monkeypatch.delenv("CHEEMS_HUB_MIRROR", raising=False)
-    r = run_cli("stats", "hh-rlhf:harmless-base@test", env={"HF_DATASETS_OFFLINE": "1"})
+    r = run_cli_process(tmp_path, "stats", "hh-rlhf:harmless-base@test", env={"HF_DATASETS_OFFLINE": "1"})
     assert r.returncode == 2
     assert "not in the datasets cache and HF_DATASETS_OFFLINE" in r.stderr and "Traceback" not in r.stderr
 
