@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from cheems.report.page import build_report, write_report
-from tests.browser import CHROMIUM, require_browser
+from tests.browser import offline_page, require_browser
 from tests.conftest import REPO_ROOT, run_cli_in
 from tests.test_report_page import bon_result, compare_result, correlate_result, train_log_lines
 
@@ -87,8 +87,6 @@ def as_numbers(rows: list[list[str]]) -> list[float]:
 
 def test_report_page_in_a_browser(tmp_path):
     require_browser()
-    from playwright.sync_api import sync_playwright
-
     inputs = real_results(tmp_path / "results")
     report = build_report(inputs)
     assert report.lang == "zh"  # the sample's categories are Chinese, so are the page's words
@@ -97,49 +95,38 @@ def test_report_page_in_a_browser(tmp_path):
     html_path = tmp_path / "report.html"
     write_report(report, html_path, tmp_path / "report.md")
 
-    tried, errors = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-                       else (tried.append(route.request.url), route.abort()))
-            page.add_init_script("window.__violations = [];"
-                                 "document.addEventListener('securitypolicyviolation',"
-                                 " (e) => window.__violations.push(e.blockedURI + ' ' + e.violatedDirective));")
-            page.goto(html_path.as_uri())
-            page.wait_for_load_state("load")
-            shot = artifacts(tmp_path) / "report.png"
-            page.screenshot(path=str(shot), full_page=True)
-            if os.environ.get("CHEEMS_UPDATE_SCREENSHOTS") == "1":
-                (REPO_ROOT / "docs" / "images").mkdir(parents=True, exist_ok=True)
-                page.screenshot(path=str(REPO_ROOT / "docs" / "images" / "report.png"), full_page=True)
+    watch = ("window.__violations = [];"
+             "document.addEventListener('securitypolicyviolation',"
+             " (e) => window.__violations.push(e.blockedURI + ' ' + e.violatedDirective));")
+    with offline_page(html_path, init_script=watch) as (page, tried, errors):
+        shot = artifacts(tmp_path) / "report.png"
+        page.screenshot(path=str(shot), full_page=True)
+        if os.environ.get("CHEEMS_UPDATE_SCREENSHOTS") == "1":
+            (REPO_ROOT / "docs" / "images").mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(REPO_ROOT / "docs" / "images" / "report.png"), full_page=True)
 
-            numbers = page.evaluate(NUMBERS_JS)
-            assert numbers["count"] > 300 and numbers["wrong"] == [], numbers["wrong"][:5]
-            assert page.locator("figure svg").count() == 6
-            assert all(box["width"] > 300 for box in (page.locator("figure svg").nth(i).bounding_box()
-                                                     for i in range(6)))
+        numbers = page.evaluate(NUMBERS_JS)
+        assert numbers["count"] > 300 and numbers["wrong"] == [], numbers["wrong"][:5]
+        assert page.locator("figure svg").count() == 6
+        assert all(box["width"] > 300 for box in (page.locator("figure svg").nth(i).bounding_box()
+                                                 for i in range(6)))
 
-            headers = page.locator("#leaderboard table.sortable thead th")
-            names = [headers.nth(i).inner_text().strip() for i in range(headers.count())]
-            overall = names.index("总分")
-            before = page.evaluate(ROWS_JS, overall)
-            assert sorted(r[0] for r in before) == ["length", "random"]
-            headers.nth(overall).click()
-            ascending = page.evaluate(ROWS_JS, overall)
-            assert as_numbers(ascending) == sorted(as_numbers(before))
-            assert headers.nth(overall).get_attribute("aria-sort") == "ascending"
-            headers.nth(overall).click()
-            descending = page.evaluate(ROWS_JS, overall)
-            assert as_numbers(descending) == sorted(as_numbers(before), reverse=True)
-            assert ascending[0][0] != descending[0][0]
-            headers.nth(0).click()
-            assert [r[0] for r in page.evaluate(ROWS_JS, 0)] == ["length", "random"]
-            violations = page.evaluate("window.__violations")
-        finally:
-            browser.close()
+        headers = page.locator("#leaderboard table.sortable thead th")
+        names = [headers.nth(i).inner_text().strip() for i in range(headers.count())]
+        overall = names.index("总分")
+        before = page.evaluate(ROWS_JS, overall)
+        assert sorted(r[0] for r in before) == ["length", "random"]
+        headers.nth(overall).click()
+        ascending = page.evaluate(ROWS_JS, overall)
+        assert as_numbers(ascending) == sorted(as_numbers(before))
+        assert headers.nth(overall).get_attribute("aria-sort") == "ascending"
+        headers.nth(overall).click()
+        descending = page.evaluate(ROWS_JS, overall)
+        assert as_numbers(descending) == sorted(as_numbers(before), reverse=True)
+        assert ascending[0][0] != descending[0][0]
+        headers.nth(0).click()
+        assert [r[0] for r in page.evaluate(ROWS_JS, 0)] == ["length", "random"]
+        violations = page.evaluate("window.__violations")
     assert tried == [], f"the page tried to reach {tried}"
     assert violations == [] and errors == [], (violations, errors)
     assert shot.stat().st_size > 50_000

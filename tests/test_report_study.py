@@ -21,7 +21,7 @@ from cheems.experiments.results import read_experiment
 from cheems.experiments.table import study_tables, write_tables
 from cheems.records import CheemsInputError
 from cheems.report.page import Figure, Num, Table, build_report, render_html, write_report
-from tests.browser import CHROMIUM, require_browser
+from tests.browser import offline_page, require_browser
 from tests.test_experiment_table import cell_line, figures, write_experiment
 from tests.test_report_browser import NUMBERS_JS
 
@@ -180,29 +180,16 @@ CELLS_JS = """() => [...document.querySelectorAll('#study table')].map((t) => ({
 
 def test_the_study_page_in_a_browser(tmp_path):
     require_browser()
-    from playwright.sync_api import sync_playwright
-
     folder = grid_folder(tmp_path)
     html_path = tmp_path / "page.html"
     html_path.write_text(render_html(build_report([folder], lang="en")), encoding="utf-8")
     study = study_tables(read_experiment(folder))
-    tried, errors = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-                       else (tried.append(route.request.url), route.abort()))
-            page.goto(html_path.as_uri())
-            page.wait_for_load_state("load")
-            drawn = page.evaluate(FIGURES_JS)
-            numbers = page.evaluate(NUMBERS_JS)
-            tables = page.evaluate(CELLS_JS)
-            page.locator("#fig-fig7_hh-rlhf-cn_all").scroll_into_view_if_needed()
-            visible = page.locator("#fig-fig7_hh-rlhf-cn_all svg").is_visible()
-        finally:
-            browser.close()
+    with offline_page(html_path) as (page, tried, errors):
+        drawn = page.evaluate(FIGURES_JS)
+        numbers = page.evaluate(NUMBERS_JS)
+        tables = page.evaluate(CELLS_JS)
+        page.locator("#fig-fig7_hh-rlhf-cn_all").scroll_into_view_if_needed()
+        visible = page.locator("#fig-fig7_hh-rlhf-cn_all svg").is_visible()
     assert tried == [] and errors == []
     assert len(drawn) == 12 and visible
     assert all(width > 300 and height > 150 for _, width, height, _ in drawn), drawn
