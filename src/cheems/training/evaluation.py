@@ -15,7 +15,7 @@ from cheems.models.packing import pack_sequences, packed_backend
 from cheems.models.sequences import default_token_budget, pad_right, plan_batches
 from cheems.training.training_data import EvalSet
 
-__all__ = ["batch_rewards", "evaluate_weights"]
+__all__ = ["batch_rewards", "evaluate_weights", "score_in_shares"]
 
 
 def batch_rewards(reward_model, seqs: list[list[int]], *, packing: bool, pad_id: int, device):
@@ -26,35 +26,43 @@ def batch_rewards(reward_model, seqs: list[list[int]], *, packing: bool, pad_id:
     return reward_model(*pad_right(seqs, pad_id, device))
 
 
-def evaluate_weights(accelerator, reward_model, eval_set: EvalSet, pad_id: int, batch_size: int,
-                     packing: bool) -> dict:
-    """CheemsBench Accuracy / Exact Match / Overall of the current weights on the eval set.
-
-    Every process scores every n-th batch (padded to the same number of batches, since
-    ZeRO-3 gathers weights collectively) and the scores are gathered on all of them."""
+def score_in_shares(accelerator, model, seqs: list[list[int]], score_batch, *, batch_size: int,
+                    packing: bool) -> dict[int, float]:
+    """``{index: value}`` of every sequence of ``seqs``, ``score_batch(batch)`` giving a batch's
+    values (a list or tensor, one per sequence of ``batch``, a list of indices). Every process
+    scores every n-th batch, padded to the same number of batches (ZeRO-3 gathers weights
+    collectively; a repeat scores again, the dict keeps one), with the model in eval mode and
+    no gradients; the values are gathered on every process."""
     import torch
     from accelerate.utils import gather_object
 
-    device = accelerator.device
-    budget = default_token_budget(device.type)
-    batches = plan_batches([len(x) for x in eval_set.ids], token_budget=budget, max_batch_size=batch_size,
-                           packed=packing)
+    budget = default_token_budget(accelerator.device.type)
+    batches = plan_batches([len(x) for x in seqs], token_budget=budget, max_batch_size=batch_size, packed=packing)
     n = accelerator.num_processes
     mine = batches[accelerator.process_index::n]
-    rounds = math.ceil(len(batches) / n)
-    mine = mine + [batches[0]] * (rounds - len(mine))  # repeats score again; the dict keeps one
+    mine = mine + [batches[0]] * (math.ceil(len(batches) / n) - len(mine))
     scored = []
-    was_training = reward_model.training
-    reward_model.eval()
+    was_training = model.training
+    model.eval()
     with torch.no_grad():
         for batch in mine:
-            values = batch_rewards(reward_model, [eval_set.ids[i] for i in batch], packing=packing, pad_id=pad_id,
-                                   device=device)
-            scored.extend(zip(batch, values.tolist()))
-    reward_model.train(was_training)
+            scored.extend(zip(batch, [float(v) for v in score_batch(batch)]))
+    model.train(was_training)
     if n > 1:
         scored = gather_object(scored)
-    scores = {eval_set.keys[i]: v for i, v in scored}
+    return dict(scored)
+
+
+def evaluate_weights(accelerator, reward_model, eval_set: EvalSet, pad_id: int, batch_size: int,
+                     packing: bool) -> dict:
+    """CheemsBench Accuracy / Exact Match / Overall of the current weights on the eval set,
+    every process scoring its share (`score_in_shares`)."""
+    def rewards(batch: list[int]):
+        return batch_rewards(reward_model, [eval_set.ids[i] for i in batch], packing=packing, pad_id=pad_id,
+                             device=accelerator.device).tolist()
+
+    values = score_in_shares(accelerator, reward_model, eval_set.ids, rewards, batch_size=batch_size, packing=packing)
+    scores = {eval_set.keys[i]: v for i, v in values.items()}
     report = evaluate(eval_set.prompts, scores, n_bootstrap=0)
     subsets = {name: {"accuracy": e["accuracy"], "exact_match": e["exact_match"], "score": e["score"]}
                for name, e in report["subsets"].items() if e["score"] is not None}

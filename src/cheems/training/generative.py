@@ -31,7 +31,6 @@ Imports torch at the top: import this module where a run starts, not where the C
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,12 +41,11 @@ import torch
 from cheems.io import files_fingerprint, writes_into
 from cheems.llm.verdict_template import VerdictTemplate, save_verdict_template
 from cheems.models.checkpoints import quiet_transformers, unwrap_peft, weights_that_fit
-from cheems.models.packing import pack_sequences, packed_backend
-from cheems.models.sequences import default_token_budget, pad_right, plan_batches
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
 from cheems.training.batching import greedy_prompt_batches
 from cheems.training.config import TrainConfig
+from cheems.training.evaluation import batch_rewards, score_in_shares
 from cheems.training.generative_loss import verdict_loss
 from cheems.training.judge_data import (JudgeData, JudgeEvalSet, encode_judge_data, encode_judge_eval_set,
                                         judge_template_of, verdict_ids)
@@ -122,11 +120,9 @@ def load_judge_model(path: str, *, gradient_checkpointing: bool, packing: bool, 
 
 
 def verdict_logits(model, seqs: list[list[int]], *, packing: bool, pad_id: int, device):
-    """The next-token logits (n, V) at the last token of each sequence of ``seqs``."""
-    if packing:
-        batch = pack_sequences(seqs, device, backend=packed_backend(device))
-        return model(batch.input_ids, packing=batch)
-    return model(*pad_right(seqs, pad_id, device))
+    """The next-token logits (n, V) at the last token of each sequence of ``seqs``: the
+    `VerdictModel`'s forward on one packed row or one padded batch, as the reward model's."""
+    return batch_rewards(model, seqs, packing=packing, pad_id=pad_id, device=device)
 
 
 # ---------------------------------------------------------------------------- evaluation
@@ -135,27 +131,14 @@ def _letter_probabilities(accelerator, model, eval_set: JudgeEvalSet, letters: l
                           batch_size: int, packing: bool) -> list[float]:
     """p(A) normalised over the letters A and B, for every eval sequence (all processes
     score their share; the results are gathered on every process)."""
-    from accelerate.utils import gather_object
+    pair_ids = torch.tensor(letters[:2], dtype=torch.long, device=accelerator.device)
 
-    device, n = accelerator.device, accelerator.num_processes
-    batches = plan_batches([len(x) for x in eval_set.ids], token_budget=default_token_budget(device.type),
-                           max_batch_size=batch_size, packed=packing)
-    mine = batches[accelerator.process_index::n]
-    mine = mine + [batches[0]] * (math.ceil(len(batches) / n) - len(mine))  # every process runs as many
-    pair_ids = torch.tensor(letters[:2], dtype=torch.long, device=device)
-    scored = []
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        for batch in mine:
-            logits = verdict_logits(model, [eval_set.ids[i] for i in batch], packing=packing, pad_id=pad_id,
-                                    device=device)
-            p_a = logits.float()[:, pair_ids].softmax(dim=-1)[:, 0]
-            scored.extend(zip(batch, p_a.tolist()))
-    model.train(was_training)
-    if n > 1:
-        scored = gather_object(scored)
-    p = dict(scored)
+    def p_first(batch: list[int]):
+        logits = verdict_logits(model, [eval_set.ids[i] for i in batch], packing=packing, pad_id=pad_id,
+                                device=accelerator.device)
+        return logits.float()[:, pair_ids].softmax(dim=-1)[:, 0].tolist()
+
+    p = score_in_shares(accelerator, model, eval_set.ids, p_first, batch_size=batch_size, packing=packing)
     return [p[i] for i in range(len(eval_set.ids))]
 
 
