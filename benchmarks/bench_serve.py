@@ -10,8 +10,16 @@ against the same server restarted with `--max-batch 1` (every sequence its own f
 prints the ratio of requests/s. Where the time goes: the share of the wall time the model was
 running (forward seconds / wall) and the mean forward pass.
 
+The clients use the standard library's http.client: on a 2-core machine they share the cores
+with the server, and a heavier client (httpx in 16 threads) spent enough of them to hide half
+the gain. On CPU the default is the tiny shape with short conversations and one server thread:
+batching pays where a forward pass costs more in fixed overhead than in arithmetic (as on a GPU);
+with --shape small a single 60-token sequence already keeps the CPU's matrix units busy and
+batching gains less (about 1.7x on two cores). On CUDA the model FLOP utilisation (MFU) of each
+run is printed from the server's own token count.
+
 Usage:
-  python benchmarks/bench_serve.py                                    # CPU, small model, 16 clients
+  python benchmarks/bench_serve.py                                    # CPU, tiny model, 16 clients
   python benchmarks/bench_serve.py --clients 32 --requests 1000 --queries-per-request 8
   python benchmarks/bench_serve.py --device cuda --shape qwen2.5-0.5b --requests 2000
 The goal (CPU, 16 clients): batched requests/s >= 3x those of --max-batch 1.
@@ -20,6 +28,7 @@ The goal (CPU, 16 clients): batched requests/s >= 3x those of --max-batch 1.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import re
@@ -30,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -89,27 +99,32 @@ def metrics(client, url: str) -> dict[str, float]:
 def drive(url: str, bodies: list[dict], clients: int, max_seconds: float) -> tuple[list[float], float, int]:
     """Post ``bodies`` from ``clients`` threads (one keep-alive connection each) until all are
     answered or ``max_seconds`` pass; (latencies in seconds, wall seconds, failed requests)."""
-    import httpx
-
+    host, port = urllib.parse.urlsplit(url).hostname, urllib.parse.urlsplit(url).port
     lock, latencies, failed = threading.Lock(), [], [0]
     payloads = [json.dumps(b, ensure_ascii=False).encode() for b in bodies]  # encoded once, not in the timing
     todo = iter(range(len(bodies)))
     stop_at = time.perf_counter() + max_seconds
 
     def worker() -> None:
-        with httpx.Client(timeout=300.0) as client:
+        # the standard library's client: a load generator should spend little of the shared CPU itself
+        conn = http.client.HTTPConnection(host, port, timeout=300)
+        try:
             while time.perf_counter() < stop_at:
                 with lock:
                     i = next(todo, None)
                 if i is None:
                     return
                 t = time.perf_counter()
-                reply = client.post(url + "/get_reward", content=payloads[i], headers=JSON)
+                conn.request("POST", "/get_reward", body=payloads[i], headers=JSON)
+                reply = conn.getresponse()
+                data = reply.read()
                 took = time.perf_counter() - t
-                ok = reply.status_code == 200 and len(reply.json()["rewards"]) == len(bodies[i]["query"])
+                ok = reply.status == 200 and len(json.loads(data)["rewards"]) == len(bodies[i]["query"])
                 with lock:
                     latencies.append(took) if ok else None
                     failed[0] += not ok
+        finally:
+            conn.close()
 
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
@@ -148,25 +163,31 @@ def run_one(name: str, folder: Path, args, bodies: list[dict], extra: list[str],
             "forward_ms": 1e3 * d.get("cheems_serve_forward_seconds_sum", 0.0) / batches if batches else 0.0,
             "per_seq_ms": 1e3 * d.get("cheems_serve_forward_seconds_sum", 0.0)
             / max(1.0, d.get("cheems_serve_sequences_total", 0.0)),
+            "tokens_per_seq": d.get("cheems_serve_tokens_total", 0.0) / max(1.0, d.get("cheems_serve_sequences_total", 0.0)),
             "mean_latency": statistics.fmean(latencies)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clients", type=int, default=16, help="concurrent clients (threads, one connection each)")
-    ap.add_argument("--requests", type=int, default=400, help="requests in all, per server run")
+    ap.add_argument("--requests", type=int, default=1000, help="requests in all, per server run")
     ap.add_argument("--queries-per-request", type=int, default=4, help="conversations in one /get_reward request")
-    ap.add_argument("--chars", type=int, default=200, help="about this many characters per response")
-    ap.add_argument("--shape", default=None, choices=list(SHAPES), help="model shape (default: small on CPU, "
+    ap.add_argument("--chars", type=int, default=None, help="about this many characters per response "
+                    "(default: 30 on CPU, 200 on CUDA)")
+    ap.add_argument("--shape", default=None, choices=list(SHAPES), help="model shape (default: tiny on CPU, "
                     "qwen2.5-0.5b on CUDA)")
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=4, help="the server's torch threads (OMP_NUM_THREADS)")
+    ap.add_argument("--threads", type=int, default=None, help="the server's torch threads (OMP_NUM_THREADS; "
+                    "default 1 on CPU, leaving the other cores to the clients, 4 on CUDA)")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="stop sending after this long, per run")
     ap.add_argument("--server-args", default="", help="more `cheems serve` flags for both runs, one string "
                     "(\"--no-packing --token-budget 8192\")")
     ap.add_argument("--model-dir", default=None, help="build the random-weight model here, or reuse the one there")
     args = ap.parse_args()
-    shape = args.shape or ("qwen2.5-0.5b" if args.device.startswith("cuda") else "small")
+    cuda = args.device.startswith("cuda")
+    shape = args.shape or ("qwen2.5-0.5b" if cuda else "tiny")
+    args.chars = args.chars or (200 if cuda else 30)
+    args.threads = args.threads or (4 if cuda else 1)
     bodies = request_bodies(args.requests + 4, args.queries_per_request, args.chars)
     with tempfile.TemporaryDirectory() as d:
         texts = [q for b in bodies for q in b["query"]]
@@ -183,10 +204,28 @@ def main() -> None:
               f"p99 {1e3 * r['p99']:7.1f} ms  batch fill {r['fill']:5.1f} sequences  model busy {r['busy']:5.1%} "
               f"(forward {r['forward_ms']:.1f} ms a batch, {r['per_seq_ms']:.2f} ms a sequence)"
               f"{'  FAILED ' + str(r['failed']) if r['failed'] else ''}")
+    if cuda:
+        print(mfu_line(shape, args.device, rows))
     ratio = rows[0]["rps"] / rows[1]["rps"]
     print(f"batched vs --max-batch 1: {ratio:.2f}x the requests/s "
           f"({'meets' if ratio >= 3 else 'misses'} the 3x goal for {args.clients} clients)")
     print(where_the_time_goes(*rows))
+
+
+def mfu_line(shape: str, device: str, rows: list[dict]) -> str:
+    """Each run's model FLOP utilisation: forward FLOPs per token (causal context taken as half
+    the mean sequence length, from the server's own counts) x tokens scored per second of wall
+    time, over the device's dense bf16 peak."""
+    import torch
+
+    from mfu import device_peak, mfu
+
+    peak, source = device_peak(device)
+    parts = []
+    for r in rows:
+        context = (r["tokens_per_seq"] + 1) / 2
+        parts.append(f"{r['name']} {mfu(shape, context, 1, r['tokens_s'], peak):.1%}")
+    return f"MFU, forward only ({source}; {torch.cuda.get_device_name()}): " + ", ".join(parts)
 
 
 def where_the_time_goes(batched: dict, alone: dict) -> str:
