@@ -171,7 +171,8 @@ def expected_message(spec: FlagSpec, value: str) -> str:
     from cheems.settings import check_settings
 
     kind = setting_kind(typing.get_type_hints(spec.cls)[spec.field])
-    parsed = {"int": int, "float": float, "strings": lambda v: (v,)}.get(kind, str)(value)
+    parsed = {"int": int, "float": float, "strings": lambda v: (v,),
+              "int_or_word": lambda v: int(v) if v.lstrip("-").isdigit() else v}.get(kind, str)(value)
     with pytest.raises(CheemsInputError) as e:
         check_settings(dataclasses.replace(valid_settings(spec.cls), **{spec.field: parsed}))
     assert e.value.field == spec.field

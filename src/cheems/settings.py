@@ -10,7 +10,8 @@ YAML leaves as text: PyYAML reads ``1e-3`` as the string ``"1e-3"``, and a float
 given that string gets the number.
 
 Types come from the field annotations: ``int``, ``float``, ``bool``, ``str``, a path
-(``str | os.PathLike``), ``list[str]``, ``list[str | os.PathLike]``, ``tuple[str, ...]``, a list of another settings
+(``str | os.PathLike``), an integer or a word (``int | str``, the words listed in ``words``:
+``token_budget`` takes a number or ``auto``), ``list[str]``, ``list[str | os.PathLike]``, ``tuple[str, ...]``, a list of another settings
 dataclass, each optionally ``| None``. Ranges: ``min`` / ``max`` (inclusive), ``gt``
 (exclusive lower bound), ``lt`` (exclusive upper bound), ``choices``, ``nonempty``.
 
@@ -39,15 +40,16 @@ def setting(default: Any = _NO_DEFAULT, *, help: str, default_factory: Any = _NO
             lt: float | None = None, choices: tuple | None = None, choice_name: str = "value",
             pattern: str | None = None, pattern_text: str | None = None,
             nonempty: bool = False, default_text: str | None = None, kw_only: Any = _NO_DEFAULT,
-            repr: bool = True) -> Any:
+            repr: bool = True, words: tuple[str, ...] = ()) -> Any:
     """A dataclass field with its help text and allowed range (see the module docstring).
 
     ``default_text`` replaces the default in help texts where the default needs words
     (``token_budget`` None means "micro batch size alone"); ``choice_name`` names what the
     choices are in the error message ("unknown rule(s) 'x'; known: ..."). ``pattern`` is a
     regular expression a text must match whole, ``pattern_text`` says it in words for the
-    error message ("cpu, cuda or cuda:N")."""
-    meta = {"help": help, "min": min, "max": max, "gt": gt, "lt": lt, "choices": choices,
+    error message ("cpu, cuda or cuda:N"). ``words`` are the texts an ``int | str`` setting takes
+    besides integers ("auto")."""
+    meta = {"words": words, "help": help, "min": min, "max": max, "gt": gt, "lt": lt, "choices": choices,
             "choice_name": choice_name, "nonempty": nonempty, "default_text": default_text,
             "pattern": pattern, "pattern_text": pattern_text}
     kw: dict[str, Any] = {"metadata": meta, "repr": repr}
@@ -86,6 +88,8 @@ def _kind(tp: Any) -> str:
         return "float"
     if tp is str:
         return "str"
+    if isinstance(tp, tuple) and set(tp) == {int, str}:  # a number, or one of a few words
+        return "int_or_word"
     if isinstance(tp, tuple) and str in tp:  # str | os.PathLike
         return "path"
     origin = typing.get_origin(tp)
@@ -101,7 +105,7 @@ def _kind(tp: Any) -> str:
 
 def setting_kind(tp: Any) -> str:
     """What a setting of annotation ``tp`` holds, ``None`` aside: "bool", "int", "float", "str",
-    "path", "strings" (a list or tuple of texts), "paths", "dataclasses" or "any"."""
+    "int_or_word", "path", "strings" (a list or tuple of texts), "paths", "dataclasses" or "any"."""
     return _kind(_split_optional(tp)[0])
 
 
@@ -139,7 +143,7 @@ def _range_phrase(meta: dict) -> str:
 def _type_phrase(kind: str, meta: dict) -> str:
     noun = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string",
             "path": "a path", "strings": "a list of strings", "paths": "a list of paths",
-            "dataclasses": "a list of mappings"}[kind]
+            "dataclasses": "a list of mappings", "int_or_word": "an integer"}[kind]
     phrase = _range_phrase(meta)
     if not phrase:
         return noun
@@ -170,6 +174,7 @@ def _check_value(name: str, v: Any, tp: Any, meta: dict) -> None:
     kind = _kind(tp)
     ok = {"bool": lambda: isinstance(v, bool),
           "int": lambda: is_integer(v),
+          "int_or_word": lambda: is_integer(v) or v in meta.get("words", ()),
           "float": lambda: is_number(v),
           "str": lambda: isinstance(v, str),
           "path": lambda: isinstance(v, (str, os.PathLike)),
@@ -178,8 +183,10 @@ def _check_value(name: str, v: Any, tp: Any, meta: dict) -> None:
           "dataclasses": lambda: isinstance(v, list) and all(isinstance(x, _item_class(tp)) for x in v),
           "any": lambda: True}[kind]()
     if not ok:
-        raise CheemsInputError(f"must be {_type_phrase(kind, meta)}, got {_show(v)}", field=name)
-    if kind in ("int", "float") and not _in_range(v, meta):
+        words = " or ".join(repr(w) for w in meta.get("words", ())) if kind == "int_or_word" else ""
+        raise CheemsInputError(f"must be {_type_phrase(kind, meta)}{' or ' + words if words else ''}, got {_show(v)}",
+                               field=name)
+    if kind in ("int", "float", "int_or_word") and is_number(v) and not _in_range(v, meta):
         raise CheemsInputError(f"must be {_range_phrase(meta)}, got {v!r}", field=name)
     if meta["choices"] is not None:
         values = v if kind == "strings" else [v]
@@ -209,6 +216,8 @@ def _coerce(v: Any, tp: Any, name: str, file: str | None) -> Any:
     """What a YAML value becomes for a field of type ``tp``."""
     tp, _ = _split_optional(tp)
     kind = _kind(tp)
+    if kind == "int_or_word" and isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)  # a number given as text (a flag, a quoted YAML value)
     if kind == "float" and isinstance(v, str):
         try:
             return float(v)  # PyYAML leaves 1e-3 (no dot) as text

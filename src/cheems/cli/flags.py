@@ -76,6 +76,7 @@ def _option(cls, f: dataclasses.Field, hint: Any, flag_: str, when: str | None, 
             return Optional[bool], typer.Option(None, f"{flag_}/{no}", *extra, help=help_)
         return bool, typer.Option(False, flag_, *extra, help=help_)
     annotation = {"int": Optional[int], "float": Optional[float], "str": Optional[str], "path": Optional[Path],
+                  "int_or_word": Optional[str],
                   "paths": Optional[List[Path]], "strings": Optional[str]}.get(kind)
     if annotation is None:
         raise TypeError(f"no flag shape for setting {cls.__name__}.{f.name} ({kind})")
@@ -92,6 +93,8 @@ def _flag_value(value: Any, hint: Any, on_switch: bool) -> Any:
         return tuple(x.strip() for x in value.split(",") if x.strip())
     if kind == "paths":
         return list(value)
+    if kind == "int_or_word" and value.strip().lstrip("-").isdigit():
+        return int(value)
     return value
 
 

@@ -18,6 +18,7 @@ from cheems.models.checkpoints import require_torch
 from cheems.records import PromptText
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "ConversationEncoder", "EncodeStats", "apply_head", "default_token_budget",
+           "device_tensor",
            "encode_conversation", "encode_conversations", "pack_in_order", "pad_right", "plan_batches",
            "reward_at_last_token"]
 
@@ -107,6 +108,18 @@ class ConversationEncoder:
                                     stats=self.stats)
 
 
+def device_tensor(values, device, dtype=None):
+    """``values`` (a list, or a CPU tensor) as a tensor on ``device`` (long integers unless
+    ``dtype`` says otherwise). To a GPU the copy goes from pinned host memory without blocking:
+    a copy from ordinary (pageable) memory makes the host wait until the GPU has finished all
+    the work queued before it, which would stall the queue between forward batches."""
+    torch = require_torch()
+    host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype or torch.long)
+    if str(device).startswith("cuda"):
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
 def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, device):
     """Right-padded (n, longest) input ids and attention mask on ``device``."""
     torch = require_torch()
@@ -116,7 +129,7 @@ def pad_right(seqs: Sequence[Sequence[int]], pad_id: int, device):
     for i, s in enumerate(seqs):
         input_ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
         mask[i, :len(s)] = 1
-    return input_ids.to(device), mask.to(device)
+    return device_tensor(input_ids, device), device_tensor(mask, device)
 
 
 def reward_at_last_token(hidden, attention_mask, head):

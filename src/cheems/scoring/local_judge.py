@@ -206,7 +206,7 @@ class LocalJudge(VerdictScorer):
         return logits.cpu().tolist()
 
     def token_budget(self, asked: int | None = None) -> int:
-        return asked if asked is not None else default_token_budget(self.device)
+        return asked if asked not in (None, "auto") else default_token_budget(self.device)
 
     def max_batch(self, asked: int) -> int:
         return asked
@@ -312,7 +312,7 @@ class VllmJudge(VerdictScorer):
         return self.score_ids(seqs)
 
     def token_budget(self, asked: int | None = None) -> int:
-        return asked if asked is not None else 1 << 20  # vLLM schedules its own batches
+        return asked if asked not in (None, "auto") else 1 << 20  # vLLM schedules its own batches
 
     def max_batch(self, asked: int) -> int:
         return max(asked, 1 << 16)

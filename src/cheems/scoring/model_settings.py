@@ -35,12 +35,15 @@ class ModelSettings:
     truncation: str = setting("left", choices=TRUNCATION_SIDES, choice_name="truncation side",
                               help="left keeps the end of the response, right keeps the start")
     batch_size: int = setting(64, min=1, help="Most sequences in one forward batch (vLLM forms its own)")
-    token_budget: int | None = setting(None, min=1, default_text="1024 on CPU, 16384 on CUDA",
-                                       help="Most tokens in one forward batch (packed row, or padded)")
+    token_budget: int | str | None = setting(None, min=1, words=("auto",), default_text="1024 on CPU, 16384 on CUDA",
+                                             help="Most tokens in one forward batch (packed row, or padded); auto: "
+                                             "the largest batch that fits the GPU, probed before scoring")
     packing: bool = setting(True, help="Pack a batch's sequences into one row instead of padding them")
     share_prefix: bool = setting(True, help="With packing: lay each prompt's common prefix down once "
                                             "(vllm: its prefix caching)")
     liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
+    compile: bool = setting(False, help="torch.compile each decoder layer (dynamic shapes; the first batches "
+                            "compile, which pays over long runs)")
     trust_remote_code: bool = setting(False, help="Allow the checkpoint's own code")
     check: bool = setting(False, help="First verify scores do not depend on batching")
     tensor_parallel_size: int = setting(1, min=1, help="With --backend vllm: GPUs the model is split over "

@@ -14,6 +14,7 @@ head is ever computed.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -21,6 +22,8 @@ from typing import Callable, Iterator, Sequence
 from cheems.models.checkpoints import (best_attention, detect_layout, load_classifier, load_tensors, load_tokenizer,
                                        quiet_transformers, require_torch, resolve_dtype, value_head_source,
                                        weights_that_fit)
+from cheems.models.memory_budget import (AUTO, is_out_of_memory, out_of_memory_error, probe_sequences,
+                                         probe_token_budget)
 from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, rewards_at,
                                    use_packed_attention)
 from cheems.models.sequences import (ConversationEncoder, EncodeStats, default_token_budget, pad_right, plan_batches,
@@ -29,7 +32,8 @@ from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError, Prompt, PromptText, prompt_key
 from cheems.scoring.model_settings import ModelSettings
 
-__all__ = ["TransformersRewardModel", "check_batch_invariance", "conversation_key", "load_reward_model", "score_head",
+__all__ = ["PROBE_CEILING", "TransformersRewardModel", "check_batch_invariance", "conversation_key", "load_reward_model",
+           "probe_scoring_budget", "score_head",
            "score_items", "score_prompts"]
 
 
@@ -48,6 +52,7 @@ class TransformersRewardModel(ConversationEncoder):
     v_head: object = None
     packing: bool = False  # one row per batch (the model then runs packed attention only)
     share_prefix: bool = True  # with packing: a prompt's common prefix laid down once
+    auto_budget: int | None = None  # the token budget --token-budget auto found (probed once)
 
     # ------------------------------------------------------------------ forward
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
@@ -82,9 +87,14 @@ class TransformersRewardModel(ConversationEncoder):
                 values = rewards_at(base(**batch.forward_kwargs()).last_hidden_state, batch, score_head(self.model))
         return values.float().cpu().tolist()
 
-    def token_budget(self, asked: int | None = None) -> int:
-        """``asked``, or the default for this device (see DEFAULT_TOKEN_BUDGET)."""
-        return asked if asked is not None else default_token_budget(self.device)
+    def token_budget(self, asked: int | str | None = None) -> int:
+        """``asked``, or the default for this device (see DEFAULT_TOKEN_BUDGET); ``"auto"``: on a
+        GPU the largest forward batch that fits, probed once (`probe_scoring_budget`)."""
+        if asked != AUTO:
+            return asked if asked is not None else default_token_budget(self.device)
+        if self.auto_budget is None:
+            self.auto_budget = probe_scoring_budget(self)
+        return self.auto_budget
 
     def max_batch(self, asked: int) -> int:
         """Most sequences in one forward batch: ``asked``."""
@@ -132,7 +142,10 @@ def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int
     batch_size = rm.max_batch(batch_size)
     if not getattr(rm, "packing", False):
         for batch in plan_batches([len(x) for x in encoded], token_budget=budget, max_batch_size=batch_size):
-            yield batch, rm.score_ids([encoded[i] for i in batch])
+            seqs = [encoded[i] for i in batch]
+            with _out_of_memory_said(budget, len(seqs) * max(map(len, seqs)), token_budget == AUTO):
+                values = rm.score_ids(seqs)
+            yield batch, values
         return
     by_prompt: dict[int, list[int]] = {}
     for i, p in enumerate(prompt_of):
@@ -148,7 +161,42 @@ def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int
             layout.append(list(range(len(seqs), len(seqs) + len(groups[g]))))
             seqs.extend(encoded[i] for i in groups[g])
         batch = [i for g in chosen for i in groups[g]]
-        yield batch, rm.score_packed(seqs, layout if share else [[k] for k in range(len(seqs))])
+        with _out_of_memory_said(budget, sum(costs[g] for g in chosen), token_budget == AUTO):
+            values = rm.score_packed(seqs, layout if share else [[k] for k in range(len(seqs))])
+        yield batch, values
+
+
+@contextlib.contextmanager
+def _out_of_memory_said(budget: int, tokens: int, auto: bool):
+    """Out of GPU memory while scoring one batch of ``tokens`` tokens: one line naming the budget."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001  (only out-of-memory errors are turned into a line)
+        if not is_out_of_memory(e):
+            raise
+        raise out_of_memory_error(budget, tokens, auto=auto) from None
+
+
+PROBE_CEILING = 1 << 18
+"""The largest scoring budget probed (262,144 tokens): beyond it a GPU gains nothing."""
+
+
+def probe_scoring_budget(rm) -> int:
+    """The largest forward batch of ``rm`` (a `TransformersRewardModel`) that fits its GPU: probes
+    of one worst-case batch each (sequences of ``rm.max_length`` random tokens, packed or padded
+    as ``rm`` runs), see :func:`cheems.models.memory_budget.probe_token_budget`; on CPU the default."""
+    torch = require_torch()
+    if not str(rm.device).startswith("cuda"):
+        return default_token_budget(rm.device)
+    vocab = int(getattr(rm.model.config, "vocab_size", 0) or 32000)
+    generator = torch.Generator().manual_seed(0)
+
+    def run(budget: int) -> None:
+        seqs = probe_sequences(budget, rm.max_length, vocab, generator)
+        rm.score_packed(seqs) if rm.packing else rm.score_ids(seqs)
+
+    budget, _ = probe_token_budget(run, start=default_token_budget(rm.device), ceiling=PROBE_CEILING)
+    return budget
 
 
 def _parts_within(members: list[int], encoded, budget: int, batch_size: int, share: bool) -> list[list[int]]:
@@ -189,14 +237,16 @@ def score_head(model):
 
 def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "auto", max_length: int = 2048,
                       truncation: str = "left", trust_remote_code: bool = False, packing: bool = True,
-                      share_prefix: bool = True, liger_kernels: bool = False) -> TransformersRewardModel:
+                      share_prefix: bool = True, liger_kernels: bool = False,
+                      compile: bool = False) -> TransformersRewardModel:
     """Load a reward model folder with ``from_pretrained``, detecting its layout.
 
     ``dtype="auto"``: bfloat16 on CUDA, float32 on CPU. ``packing`` (default) scores packed
     rows with the packed attention (:mod:`cheems.models.packing`), ``share_prefix`` laying a
     prompt's common prefix down once; without packing, right-padded batches run SDPA attention
     (or flash-attention 2 on CUDA when installed). ``liger_kernels`` swaps in Liger's fused
-    RMSNorm, SwiGLU and RoPE kernels (CUDA, the ``[gpu]`` extra).
+    RMSNorm, SwiGLU and RoPE kernels (CUDA, the ``[gpu]`` extra); ``compile`` compiles each
+    decoder layer (:func:`cheems.models.kernels.compile_layers`).
     """
     torch = require_torch()
     from transformers import AutoModel
@@ -204,7 +254,7 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
     path = Path(path)
     ModelSettings(device=device, dtype=dtype, max_length=max_length, truncation=truncation,
                   trust_remote_code=trust_remote_code, packing=packing, share_prefix=share_prefix,
-                  liger_kernels=liger_kernels)  # checked as the flags are: one declaration, one check
+                  liger_kernels=liger_kernels, compile=compile)  # checked as the flags are: one declaration, one check
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise CheemsInputError("--device cuda asked for, but no CUDA device is available", field="device")
     if liger_kernels and not device.startswith("cuda"):
@@ -232,6 +282,10 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
         from cheems.models.kernels import use_liger_kernels
 
         use_liger_kernels(model)
+    if compile:
+        from cheems.models.kernels import compile_layers
+
+        compile_layers(model)
     if packing and layout == "seq-cls" and (score_head(model) is None or
                                             getattr(model, getattr(model, "base_model_prefix", ""), None) is None):
         packing = False  # an unfamiliar architecture scores with its own pooling, padded

@@ -62,7 +62,7 @@ class VllmRewardModel(ConversationEncoder):
 
     def token_budget(self, asked: int | None = None) -> int:
         """vLLM schedules its own batches: hand it large groups."""
-        return asked if asked is not None else 1 << 20
+        return asked if asked not in (None, "auto") else 1 << 20
 
     def max_batch(self, asked: int) -> int:
         """Sequences per call: vLLM forms its own forward batches, so a call takes many."""

@@ -45,8 +45,9 @@ class EngineSettings:
     max_wait_ms: float = setting(5.0, min=0, help="Milliseconds the first queued request waits for others to "
                                  "join its forward batch (0: run at once)")
     max_batch: int = setting(64, min=1, help="Most sequences in one forward batch (1: no dynamic batching)")
-    token_budget: int | None = setting(None, min=1, default_text="1024 on CPU, 16384 on CUDA",
-                                       help="Most tokens in one forward batch (packed row, or padded)")
+    token_budget: int | str | None = setting(None, min=1, words=("auto",), default_text="1024 on CPU, 16384 on CUDA",
+                                             help="Most tokens in one forward batch (packed row, or padded); auto: "
+                                             "the largest batch that fits the GPU, probed at start")
     max_queue: int = setting(4096, min=1, help="Most sequences waiting to be scored; a request beyond it is "
                              "refused (503, queue full)")
     truncate: bool = setting(False, help="Cut sequences longer than the model's --max-length (the side "

@@ -57,8 +57,9 @@ class TrainConfig:
                                  "warning) instead of failing")
     gradient_checkpointing: bool = setting(False, help="Trade compute for memory")
     bf16: bool = setting(False, help="bfloat16 mixed precision")
-    token_budget: int | None = setting(None, min=1, default_text="micro batch size alone",
-                                       help="Also cap a forward batch at this many padded tokens per process")
+    token_budget: int | str | None = setting(None, min=1, words=("auto",), default_text="micro batch size alone",
+                                             help="Also cap a forward batch at this many padded tokens per process; "
+                                             "auto: the largest batch that fits the GPU, probed before training")
     packing: bool = setting(True, help="Concatenate each forward batch into one row with no padding "
                             "(--no-packing pads to the longest sequence)")
     liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")

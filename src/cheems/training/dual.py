@@ -37,7 +37,7 @@ import torch
 
 from cheems.models.checkpoints import quiet_transformers, unwrap_peft, weights_that_fit
 from cheems.models.packing import pack_sequences, packed_backend, rewards_at
-from cheems.models.sequences import pad_right, reward_at_last_token
+from cheems.models.sequences import device_tensor, pad_right, reward_at_last_token
 from cheems.records import CheemsInputError
 
 __all__ = ["GENERATIVE_DIR", "VALUE_HEAD_FILE", "DualModel", "dual_outputs", "export_dual_model",
@@ -142,12 +142,12 @@ def dual_outputs(model, seqs: list[list[int]], starts: Sequence[int | None], *, 
         input_ids, mask = pad_right(seqs, pad_id, device)
         offsets = [i * input_ids.shape[1] for i in range(len(seqs))]
     positions, targets = generation_targets(seqs, starts, offsets)
-    lm_at = torch.tensor(positions, dtype=torch.long, device=device)
+    lm_at = device_tensor(positions, device)
     if packing:
         rewards, logits = model(batch.input_ids, packing=batch, lm_at=lm_at)
     else:
         rewards, logits = model(input_ids, mask, lm_at=lm_at)
-    return rewards, logits, torch.tensor(targets, dtype=torch.long, device=device)
+    return rewards, logits, device_tensor(targets, device)
 
 
 def write_value_head(folder: Path, weight) -> Path:

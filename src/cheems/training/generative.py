@@ -41,6 +41,7 @@ import torch
 from cheems.io import files_fingerprint, writes_into
 from cheems.llm.verdict_template import VerdictTemplate, save_verdict_template
 from cheems.models.checkpoints import quiet_transformers, unwrap_peft, weights_that_fit
+from cheems.models.sequences import device_tensor
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
 from cheems.training.batching import greedy_prompt_batches
@@ -53,8 +54,8 @@ from cheems.training.output_folder import (FINAL_MODEL_TEMP, MetricsLog, check_r
                                            load_checkpoint, save_checkpoint, save_final_model, save_model_whole,
                                            write_summary)
 from cheems.training.recipe_setup import (MAX_GRAD_NORM, make_accelerator, optimizer_update, prepare_optimisation,
-                                          ready_for_training, resume_point, step_groups, token_budget_per_process,
-                                          with_lora)
+                                          ready_for_training, resume_point, step_groups, with_lora)
+from cheems.training.budget_probe import training_token_budget
 from cheems.training.training_data import read_training_prompts
 
 __all__ = ["FINAL_MODEL_TEMP", "MAX_GRAD_NORM", "GenerativeRun", "Notify", "Progress", "VerdictModel",
@@ -241,8 +242,7 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
         use_available_cores()
     start_step, resume_from = resume_point(config, output)
     data_fingerprint = data_fingerprint or files_fingerprint(config.train)
-    if resume_from is not None:
-        check_resume(resume_from, config, data_fingerprint)
+    resumed = check_resume(resume_from, config, data_fingerprint) if resume_from is not None else {}
     torch.manual_seed(config.seed)
     template = judge_template_of(config)
     tokenizer, model = load_judge_model(str(config.model), gradient_checkpointing=config.gradient_checkpointing,
@@ -259,13 +259,15 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
                "and are left out (raise --max-length, or --truncate to keep their last tokens)")
     eval_set = encode_judge_eval_set(config.eval, tokenizer, template, ties=config.judge_ties,
                                      max_length=config.max_length, skip_invalid=config.skip_invalid, notify=notify)
-    budget = token_budget_per_process(config, accelerator.device)
     lengths = [len(x) for x in data.ids]
+    module = VerdictModel(model)
+    budget = training_token_budget(config, accelerator, module, lengths, step_loss=_probe_loss(config, tokenizer),
+                                   trainable=sum(p.numel() for p in module.parameters() if p.requires_grad),
+                                   recorded=resumed.get("token_budget"), notify=notify)
     first_batches = epoch_judge_batches(lengths, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))
     total_steps = steps_per_epoch * config.epochs
-    wrapped, optimizer, scheduler, trainable = prepare_optimisation(accelerator, VerdictModel(model), config,
-                                                                    total_steps)
+    wrapped, optimizer, scheduler, trainable = prepare_optimisation(accelerator, module, config, total_steps)
     if resume_from is not None:
         load_checkpoint(accelerator, resume_from)
     if accelerator.is_main_process:
@@ -278,6 +280,16 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
         first_batches=first_batches, padding_share=padding_share(first_batches, lengths, packed=config.packing),
         steps_per_epoch=steps_per_epoch, total_steps=total_steps, trainable=trainable,
         start_step=start_step, data_fingerprint=data_fingerprint, step=start_step)
+
+
+def _probe_loss(config: TrainConfig, tokenizer):
+    """A batch's loss as the token-budget probe runs it: every verdict logit of each sequence."""
+    def loss(module, seqs):
+        device = next(module.parameters()).device
+        return verdict_logits(module, seqs, packing=config.packing, pad_id=tokenizer.pad_token_id,
+                              device=device).float().logsumexp(-1).mean()
+
+    return loss
 
 
 # ---------------------------------------------------------------------------- the loop
@@ -314,7 +326,8 @@ def train_generative_epoch(run: GenerativeRun, epoch: int, progress: Progress | 
                       | {f"eval/{k}": v for k, v in evaluated.items() if k != "subsets"})
         if _due(config.save_every, run.step, end_of_epoch):
             save_checkpoint(accelerator, run.output, run.step, epoch, run.model, run.tokenizer, config,
-                            data_fingerprint=run.data_fingerprint, total_steps=run.total_steps)
+                            data_fingerprint=run.data_fingerprint, total_steps=run.total_steps,
+                            token_budget=run.token_budget)
             if accelerator.is_main_process:  # a checkpoint is a judge of its own
                 save_verdict_template(replace(run.template, ties=run.config.judge_ties),
                                       run.output / f"checkpoint-{run.step}")
@@ -361,8 +374,8 @@ def _forward_backward(run: GenerativeRun, batch: list[int]) -> tuple[float, dict
         with accelerator.autocast():
             logits = verdict_logits(run.model, [data.ids[i] for i in mine], packing=run.config.packing,
                                     pad_id=run.tokenizer.pad_token_id, device=device)  # (part, V)
-        targets = torch.tensor([data.targets[i] for i in mine], dtype=torch.long, device=device)
-        loss, terms = verdict_loss(logits, targets, torch.tensor(run.letters, dtype=torch.long, device=device),
+        targets = device_tensor([data.targets[i] for i in mine], device)
+        loss, terms = verdict_loss(logits, targets, device_tensor(run.letters, device),
                                    run.config.label_smoothing)
         accelerator.backward(loss * (counted * n_proc / len(batch)))  # scaled by 1 / gradient_accumulation
     run.trained_tokens += sum(len(data.ids[i]) for i in batch)

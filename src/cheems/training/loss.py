@@ -14,7 +14,7 @@ hidden states good at text generation while the head learns preferences:
 
 from __future__ import annotations
 
-__all__ = ["bradley_terry_loss", "dual_loss", "lm_loss"]
+__all__ = ["bradley_terry_loss", "bradley_terry_terms", "dual_loss", "lm_loss"]
 
 
 def bradley_terry_loss(rewards, better, worse, reg_coef: float = 0.1):
@@ -25,20 +25,31 @@ def bradley_terry_loss(rewards, better, worse, reg_coef: float = 0.1):
     the batch. Returns ``(loss, {"pair_loss", "reg", "accuracy", "pairs"})`` with plain floats
     in the dict. A batch without pairs contributes only the regulariser.
     """
+    loss, terms = bradley_terry_terms(rewards, better, worse, reg_coef)
+    pairs = int(better.numel())
+    return loss, {"pair_loss": terms["pair_loss"].item(), "reg": terms["reg"].item(),
+                  "accuracy": terms["right"].item() / pairs if pairs else float("nan"), "pairs": pairs}
+
+
+def bradley_terry_terms(rewards, better, worse, reg_coef: float = 0.1):
+    """`bradley_terry_loss` with its terms left on the device, so a training step reads them
+    once rather than waiting for the GPU after every forward batch: ``(loss, {"pair_loss",
+    "reg", "right"})``, ``right`` the number of pairs ranked right (float tensors, detached).
+
+    L = -mean over pairs of log sigmoid(r_better - r_worse) + reg_coef * mean(r^2)."""
     import torch
     import torch.nn.functional as F
 
-    reg = rewards.float().pow(2).mean() if rewards.numel() else rewards.new_zeros(())
+    reg = rewards.float().pow(2).mean() if rewards.numel() else rewards.new_zeros((), dtype=torch.float32)
     if better.numel():
         margin = rewards[better].float() - rewards[worse].float()
         pair_loss = -F.logsigmoid(margin).mean()
-        accuracy = (margin > 0).float().mean().item()
+        right = (margin > 0).float().sum()
     else:
         pair_loss = rewards.new_zeros((), dtype=torch.float32)
-        accuracy = float("nan")
+        right = rewards.new_zeros((), dtype=torch.float32)
     loss = pair_loss + reg_coef * reg
-    return loss, {"pair_loss": pair_loss.item(), "reg": reg.item(), "accuracy": accuracy,
-                  "pairs": int(better.numel())}
+    return loss, {"pair_loss": pair_loss.detach(), "reg": reg.detach(), "right": right.detach()}
 
 
 def lm_loss(logits, targets):

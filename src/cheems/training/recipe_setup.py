@@ -26,6 +26,7 @@ from cheems.models.sequences import DEFAULT_TOKEN_BUDGET
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
 from cheems.training.batching import batch_stats, greedy_prompt_batches
+from cheems.training.budget_probe import training_token_budget
 from cheems.training.config import TrainConfig
 from cheems.training.output_folder import MetricsLog, check_resume, list_checkpoints, load_checkpoint
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
@@ -155,7 +156,7 @@ def resume_point(config: TrainConfig, output: Path) -> tuple[int, Path | None]:
 def token_budget_per_process(config: TrainConfig, device) -> int | None:
     """A forward batch's token cap on one process: ``config.token_budget``, else on a GPU
     ``DEFAULT_TOKEN_BUDGET["cuda"]``, else none (the micro batch size alone)."""
-    if config.token_budget:
+    if config.token_budget and config.token_budget != "auto":  # auto: see cheems.training.budget_probe
         return config.token_budget
     return DEFAULT_TOKEN_BUDGET["cuda"] if str(device).startswith("cuda") else None
 
@@ -190,14 +191,18 @@ def _reward_module(model, config: TrainConfig):
 
 def prepare_optimisation(accelerator, module, config: TrainConfig, total_steps: int):
     """``(module, optimizer, scheduler, trainable parameters)``: AdamW over the module's
-    trainable weights and a cosine schedule with linear warm-up, prepared by accelerate (the
-    scheduler registered for checkpointing): the same for every objective's module."""
+    trainable weights (fused into one kernel per step on one GPU or under DDP) and a cosine
+    schedule with linear warm-up, prepared by accelerate (the scheduler registered for
+    checkpointing): the same for every objective's module."""
     import torch
     from transformers import get_cosine_schedule_with_warmup
 
     params = [p for p in module.parameters() if p.requires_grad]
     trainable = sum(p.numel() for p in params)  # counted before ZeRO-3 partitions them
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate)
+    fused = accelerator.device.type == "cuda" and accelerator.distributed_type.value in ("NO", "MULTI_GPU")
+    if fused:  # one kernel per step for all weights, instead of a few per tensor; needs them on the GPU already
+        module.to(accelerator.device)
+    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, fused=fused or None)
     # stepped by us once per optimizer step (accelerate would step it once per process)
     scheduler = get_cosine_schedule_with_warmup(optimizer, math.ceil(config.warmup_ratio * total_steps), total_steps)
     module, optimizer = accelerator.prepare(module, optimizer)
@@ -233,6 +238,7 @@ class TrainingRun:
     # advanced by the loop
     step: int = 0
     trained_tokens: int = 0  # real tokens forwarded, all processes
+    batch_tokens: int = 0  # tokens of this process's latest forward batch (named when it runs out of memory)
     last_eval: dict | None = None
     eval_step: int = -1  # the step last_eval is of
     epoch_loss: list[float] = field(default_factory=list)  # each step's loss, the last epoch run
@@ -245,11 +251,12 @@ DROPPED_WARNING_SHARE = 0.05
 
 
 def setup_run(config: TrainConfig, notify: Notify | None = None, *,
-              data_fingerprint: str | None = None) -> TrainingRun:
+              data_fingerprint: str | None = None, budget_below: int | None = None) -> TrainingRun:
     """Everything before the first step: validate ``config``; the accelerator; the resume
     point; the model (seeded, LoRA adapters when asked); the training and eval data encoded;
     the first epoch's batches; the optimizer and scheduler, prepared by accelerate and
-    restored from the checkpoint when resuming; the metrics log."""
+    restored from the checkpoint when resuming; the metrics log. ``budget_below``: with
+    ``--token-budget auto``, a budget that ran out of memory (the probe stays under it)."""
     torch = require_torch(MISSING_EXTRA)
     config.validate()
     output = Path(config.output)
@@ -258,8 +265,7 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
         use_available_cores()  # torch's default is every core of the machine, busy or not
     start_step, resume_from = resume_point(config, output)
     data_fingerprint = data_fingerprint or files_fingerprint(config.train)
-    if resume_from is not None:
-        check_resume(resume_from, config, data_fingerprint)  # before anything loads
+    resumed = check_resume(resume_from, config, data_fingerprint) if resume_from is not None else {}  # first
     torch.manual_seed(config.seed)
     tokenizer, model = load_for_training(str(config.model), gradient_checkpointing=config.gradient_checkpointing,
                                          packing=config.packing, liger_kernels=config.liger_kernels,
@@ -275,12 +281,15 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
                f"are left out with their pairs (raise --max-length, or --truncate to keep their last tokens)")
     eval_set = encode_eval_set(config.eval, tokenizer, max_length=config.max_length, skip_invalid=config.skip_invalid,
                                notify=notify)
-    budget = token_budget_per_process(config, accelerator.device)
+    module = _reward_module(model, config)
+    budget = training_token_budget(config, accelerator, module, [n for _, _, n in data.items],
+                                   step_loss=_probe_loss(config, tokenizer.pad_token_id), notify=notify,
+                                   trainable=sum(p.numel() for p in module.parameters() if p.requires_grad),
+                                   recorded=resumed.get("token_budget"), below=budget_below)
     first_batches = epoch_batches(data, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))
     total_steps = steps_per_epoch * config.epochs
-    reward_model, optimizer, scheduler, trainable = prepare_optimisation(accelerator, _reward_module(model, config),
-                                                                         config, total_steps)
+    reward_model, optimizer, scheduler, trainable = prepare_optimisation(accelerator, module, config, total_steps)
     if resume_from is not None:
         load_checkpoint(accelerator, resume_from)
     if accelerator.is_main_process:
@@ -295,6 +304,27 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
         first_shape=batch_stats(first_batches, data.items, data.pairs_by_prompt, packed=config.packing),
         steps_per_epoch=steps_per_epoch, total_steps=total_steps, trainable=trainable, start_step=start_step,
         data_fingerprint=data_fingerprint, step=start_step)
+
+
+def _probe_loss(config: TrainConfig, pad_id: int):
+    """The objective's loss of a batch of token sequences, as the budget probe runs it: the
+    rewards' squares for bt; for dual also the LM loss at every position (its worst case)."""
+    def bt(module, seqs):
+        from cheems.training.evaluation import batch_rewards
+
+        device = next(module.parameters()).device
+        return batch_rewards(module, seqs, packing=config.packing, pad_id=pad_id, device=device).float().square().mean()
+
+    def dual(module, seqs):
+        from cheems.training.dual import dual_outputs
+        from cheems.training.loss import lm_loss
+
+        device = next(module.parameters()).device
+        rewards, logits, targets = dual_outputs(module, seqs, [1] * len(seqs), packing=config.packing, pad_id=pad_id,
+                                                device=device)
+        return rewards.float().square().mean() + lm_loss(logits, targets)
+
+    return dual if config.objective == "dual" else bt
 
 
 def optimizer_update(accelerator, model, optimizer, scheduler) -> float:

@@ -35,6 +35,7 @@ Needs the ``[train]`` extra (torch, transformers, accelerate, pyyaml; peft for L
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -42,9 +43,11 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from cheems.io import files_fingerprint, writes_into
+from cheems.models.memory_budget import AUTO, free_cached_memory, is_out_of_memory, out_of_memory_error
+from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, evaluate_weights
-from cheems.training.loss import bradley_terry_loss, dual_loss, lm_loss
+from cheems.training.loss import bradley_terry_terms, dual_loss, lm_loss
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, finished_summary, save_checkpoint, save_final_model,
                                            save_model_whole, write_summary)
 from cheems.training.recipe_setup import (DROPPED_WARNING_SHARE, MAX_GRAD_NORM, MISSING_EXTRA, Notify, TrainingRun,
@@ -192,7 +195,8 @@ def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None,
                          if stats.get("eval") else {}))
         if _due(config.save_every, run.step, end_of_epoch):
             save_checkpoint(accelerator, run.output, run.step, epoch, run.reward_model, run.tokenizer, config,
-                            data_fingerprint=run.data_fingerprint, total_steps=run.total_steps)
+                            data_fingerprint=run.data_fingerprint, total_steps=run.total_steps,
+                            token_budget=run.token_budget)
         if progress and accelerator.is_main_process:
             progress(run.step, run.total_steps, stats)
 
@@ -201,25 +205,26 @@ def _optimizer_step(run: TrainingRun, group: list[list[int]], epoch_position: fl
     """One optimizer step over the forward batches of ``group``: forward and backward each,
     clip, AdamW, scheduler. Returns the step's ``loss``, ``pair_loss``, ``reg`` (and for dual
     ``lm_loss``; means over the batches), ``accuracy``, ``pairs``, ``lr`` and ``epoch``
-    (``epoch_position``)."""
-    sums = {"loss": 0.0, "pair_loss": 0.0, "reg": 0.0} | ({"lm_loss": 0.0} if run.config.objective == "dual" else {})
-    right = pairs = 0
+    (``epoch_position``). The terms stay on the device until the step is queued whole: the
+    host reads them once per step, so it never waits for the GPU between forward batches."""
+    sums: dict = {}
+    pairs = 0
     for batch in group:
-        loss, terms = _forward_backward(run, batch)
-        sums["loss"] += loss / len(group)
-        for k in sums.keys() - {"loss"}:
-            sums[k] += terms[k] / len(group)
-        if terms["pairs"]:
-            right += round(terms["accuracy"] * terms["pairs"])
-            pairs += terms["pairs"]
+        terms, n_pairs = _forward_backward(run, batch)
+        for k, v in terms.items():
+            sums[k] = sums[k] + v if k in sums else v
+        pairs += n_pairs
     lr = optimizer_update(run.accelerator, run.reward_model, run.optimizer, run.scheduler)
+    read = {k: v.item() for k, v in sums.items()}  # the one wait for the device in a step
+    means = {k: read[k] / len(group) for k in ("loss", "pair_loss", "reg", "lm_loss") if k in read}
+    right = round(read["right"])
     run.step += 1
-    run.epoch_loss.append(sums["loss"])
-    if "lm_loss" in sums:
-        run.epoch_lm_loss.append(sums["lm_loss"])
+    run.epoch_loss.append(means["loss"])
+    if "lm_loss" in means:
+        run.epoch_lm_loss.append(means["lm_loss"])
     if pairs:
         run.epoch_right.append((right, pairs))
-    return {**sums, "accuracy": right / pairs if pairs else float("nan"), "pairs": pairs, "lr": lr,
+    return {**means, "accuracy": right / pairs if pairs else float("nan"), "pairs": pairs, "lr": lr,
             "epoch": epoch_position}
 
 
@@ -235,15 +240,15 @@ def _lm_starts(parts: list[list[int]], rank: int, starts: list[int | None]) -> l
     return out
 
 
-def _forward_backward(run: TrainingRun, batch: list[int]) -> tuple[float, dict]:
+def _forward_backward(run: TrainingRun, batch: list[int]) -> tuple[dict, int]:
     """Forward and backward of one forward batch: this process scores its part, the rewards
     are gathered across processes, and the loss covers every pair inside the whole batch.
     For dual, the same forward gives the LM logits of this process's best responses, and the
     loss is `dual_loss` of the two (the LM loss a mean over this process's tokens; the
-    data-parallel gradient average takes the mean over processes). Returns the loss and
-    `bradley_terry_loss`'s terms (and for dual ``lm_loss``, ``lm_tokens``)."""
-    import torch
-
+    data-parallel gradient average takes the mean over processes). Returns the batch's
+    ``loss``, ``pair_loss``, ``reg``, ``right`` (and for dual ``lm_loss``) as detached device
+    tensors (`bradley_terry_terms`), and its number of pairs."""
+    from cheems.models.sequences import device_tensor
     from cheems.training.reward_model import gather_rewards
 
     accelerator, dual = run.accelerator, run.config.objective == "dual"
@@ -251,6 +256,7 @@ def _forward_backward(run: TrainingRun, batch: list[int]) -> tuple[float, dict]:
     parts = _deal(batch, run.lengths, n_proc)
     first_copies, better, worse = _pairs_in(parts, run.data, run.where)
     seqs = [run.data.ids[i] for i in parts[rank]]
+    run.batch_tokens = sum(map(len, seqs))  # named if the batch runs out of memory
     with accelerator.accumulate(run.reward_model):  # DDP syncs on the group's last batch only
         with accelerator.autocast():
             if dual:
@@ -264,17 +270,16 @@ def _forward_backward(run: TrainingRun, batch: list[int]) -> tuple[float, dict]:
                                         pad_id=run.tokenizer.pad_token_id, device=device)  # (this process's part,)
         if n_proc > 1:
             rewards = gather_rewards(rewards, [len(p) for p in parts], rank)  # (whole batch,)
-        rewards = rewards[torch.tensor(first_copies, dtype=torch.long, device=device)]
-        loss, terms = bradley_terry_loss(rewards, torch.tensor(better, dtype=torch.long, device=device),
-                                         torch.tensor(worse, dtype=torch.long, device=device),
-                                         reg_coef=run.config.reg_coef)
+        rewards = rewards[device_tensor(first_copies, device)]
+        loss, terms = bradley_terry_terms(rewards, device_tensor(better, device), device_tensor(worse, device),
+                                          reg_coef=run.config.reg_coef)
         if dual:
             gen = lm_loss(logits, targets)
             loss = dual_loss(loss, gen, run.config.lm_coef)
-            terms = {**terms, "lm_loss": gen.item(), "lm_tokens": int(targets.numel())}
+            terms = {**terms, "lm_loss": gen.detach()}
         accelerator.backward(loss)  # scaled by 1 / gradient_accumulation
     run.trained_tokens += sum(run.lengths[i] for i in batch)
-    return loss.item(), terms
+    return {**terms, "loss": loss.detach()}, len(better)
 
 
 def finish_run(run: TrainingRun, train_seconds: float) -> dict:
@@ -327,6 +332,21 @@ def _save_final_model_whole(run: TrainingRun) -> None:
 
 # ---------------------------------------------------------------------------- the recipe
 
+@contextlib.contextmanager
+def out_of_memory_said(where: Callable[[], tuple[int | None, int]], config: TrainConfig):
+    """Running out of GPU memory inside the block becomes one CheemsInputError naming the token
+    budget that failed and the one to try (`out_of_memory_error`); ``where()`` gives (the
+    budget, the tokens of the batch that failed). Checkpoints already written stay: a run
+    restarted with a smaller explicit budget starts again (its batches differ)."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001  (only out-of-memory errors are turned into a line)
+        if not is_out_of_memory(e):
+            raise
+        budget, tokens = where()
+        raise out_of_memory_error(budget, tokens, auto=config.token_budget == AUTO) from None
+
+
 def train(config: TrainConfig, progress: Progress | None = None, notify: Notify | None = None) -> dict:
     """Train a reward model as ``config`` says; return a summary of the run.
 
@@ -371,12 +391,43 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     done = finished_summary(config, data_fingerprint)
     if done is not None:
         return done
-    run = setup_run(config, notify, data_fingerprint=data_fingerprint)
-    watch = SlowStepWatch(notify if run.accelerator.is_main_process else None)
-    started = time.perf_counter()
-    with writes_into(config.output):  # checkpoints, the log, the final model
-        for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
-            train_epoch(run, epoch, progress, watch)
-        summary = finish_run(run, train_seconds=time.perf_counter() - started)
+    below = None
+    while True:
+        if below is not None:
+            free_cached_memory()  # the failed attempt's model and activations, released with it
+        run = setup_run(config, notify, data_fingerprint=data_fingerprint, budget_below=below)
+        try:
+            summary = _train_run(run, progress, notify)
+            break
+        except _ProbeAgain as again:  # auto, and out of memory before the first step was done
+            below, run = again.budget, None
+            if notify is not None:
+                notify(f"note: out of GPU memory on a forward batch of {again.tokens} tokens at token budget "
+                       f"{again.budget} (found by --token-budget auto) before the first step; probing again under it")
     run.accelerator.end_training()  # several processes: their process group is torn down in step
     return summary
+
+
+class _ProbeAgain(Exception):
+    def __init__(self, budget: int, tokens: int):
+        super().__init__(budget, tokens)
+        self.budget, self.tokens = budget, tokens
+
+
+def _train_run(run: TrainingRun, progress: Progress | None, notify: Notify | None) -> dict:
+    """The epochs of a run set up, then its finish; the summary. Out of GPU memory becomes one
+    line (`out_of_memory_said`), or with ``--token-budget auto`` before the run's first step
+    was done (nothing saved yet, one process), `_ProbeAgain`."""
+    config = run.config
+    watch = SlowStepWatch(notify if run.accelerator.is_main_process else None)
+    started = time.perf_counter()
+    try:
+        with writes_into(config.output), out_of_memory_said(lambda: (run.token_budget, run.batch_tokens), config):
+            for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
+                train_epoch(run, epoch, progress, watch)
+            return finish_run(run, train_seconds=time.perf_counter() - started)
+    except CheemsInputError as e:
+        first_step = run.step == run.start_step == 0 and run.accelerator.num_processes == 1
+        if e.field == "token_budget" and config.token_budget == AUTO and first_step and run.token_budget:
+            raise _ProbeAgain(run.token_budget, run.batch_tokens) from None
+        raise
