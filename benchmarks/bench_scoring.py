@@ -1,7 +1,11 @@
 """Reward-model scoring throughput: right-padded batches, packed rows, and packed rows with each
 prompt's shared prefix laid down once, on the same model and conversations in one run; tokens/s,
 padding share, MFU (see mfu.py for the FLOP count) and the largest score difference to the
-padded run. Optionally one sequence at a time (the official evaluator's way) too.
+padded run. Beside them, as a peer, the loop a user writes by hand with plain `transformers`
+("transformers": AutoModelForSequenceClassification, the tokenizer's chat template and
+padding, a fixed --plain-batch-size in the input order, the logit at each sequence's last
+real token, which the model's own pooling picks), and each mode's speed over it. Optionally
+one sequence at a time (the official evaluator's way) too.
 
 Usage:
   python benchmarks/bench_scoring.py                                  # CPU, tiny model, 400 prompts
@@ -10,9 +14,13 @@ Usage:
   python benchmarks/bench_scoring.py --device cuda --shape qwen2.5-7b --cheemsbench --modes shared
 The conversations: prompts drawn from the bundled sample, each with --responses responses of
 about --chars Chinese characters cut from the sample's responses. tokens/s counts every
-conversation's tokens whole (what the scores cover), timed end to end through
-`score_prompts` (encoding included); MFU is on those tokens, so sharing a prefix counts the
-tokens it saves as done.
+conversation's tokens whole (what the scores cover), timed end to end (encoding included:
+`score_prompts` for cheems' modes, tokenizing each batch for the transformers loop). The
+shared mode computes fewer tokens than that: each prompt's common prefix once (the
+"computed" tokens, if a prompt's responses share a batch); the prefix tokens it does not
+recompute are reported apart ("prefill-shared"), its row gives tokens/s of the computed
+tokens beside that of all tokens, and its MFU is on the computed tokens, with their own
+mean context (`mfu.shared_prefix_context`). Every other mode's MFU is on all tokens.
 """
 
 from __future__ import annotations
@@ -23,15 +31,17 @@ import random
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from mfu import (SHAPES, build, device_peak, flops_formula, mean_context, mfu,  # noqa: E402
-                 profile_tables, profiler_activities)
+                 profile_tables, profiler_activities, shared_prefix_context)
 
 MODES = {"padded": dict(packing=False), "packed": dict(packing=True, share_prefix=False),
          "shared": dict(packing=True, share_prefix=True)}
+PLAIN = "transformers"  # the peer: a hand-written padded loop over plain transformers
 
 
 def benchmark_prompts(sample, n_prompts: int, n_responses: int, chars: int, seed: int = 0):
@@ -65,11 +75,7 @@ def timed(fn, device: str):
     return result, time.perf_counter() - t
 
 
-def main() -> None:
-    from cheems.formats import read_prompts
-    from cheems.models.packing import packed_cost
-    from cheems.scoring.transformers_rm import load_reward_model, score_prompts
-
+def parse_args():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--shape", default=None, choices=list(SHAPES))
@@ -79,16 +85,30 @@ def main() -> None:
     ap.add_argument("--chars", type=int, default=450)
     ap.add_argument("--token-budget", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--plain-batch-size", type=int, default=32, help="the transformers loop's fixed batch size")
     ap.add_argument("--model-dir", default=None, help="build the random-weight model here, or reuse the one there")
-    ap.add_argument("--modes", default="padded,packed,shared")
-    ap.add_argument("--liger-kernels", action="store_true", help="Liger's fused kernels in every mode (CUDA)")
+    ap.add_argument("--modes", default=f"padded,packed,shared,{PLAIN}",
+                    help=f"any of {', '.join(MODES)} (cheems) and {PLAIN} (the plain loop)")
+    ap.add_argument("--liger-kernels", action="store_true", help="Liger's fused kernels in every cheems mode (CUDA)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer in every cheems mode "
+                    "(the first batches compile; the timing includes them, as a run would)")
     ap.add_argument("--alone", type=int, default=0, help="also score the first N one at a time")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="also profile scoring the first 300 prompts with torch.profiler; tables to FILE.<mode>.txt")
     args = ap.parse_args()
     if args.cheemsbench:
         args.prompts, args.responses, args.chars = 2492, 5, 450
-    shape = args.shape or ("qwen2.5-0.5b" if args.device.startswith("cuda") else "tiny")
+    args.shape = args.shape or ("qwen2.5-0.5b" if args.device.startswith("cuda") else "tiny")
+    return args
+
+
+def main() -> None:
+    from cheems.formats import read_prompts
+    from cheems.models.packing import common_prefix, packed_cost
+    from cheems.scoring.transformers_rm import load_reward_model, score_prompts
+
+    args = parse_args()
+    shape, modes = args.shape, args.modes.split(",")
     annotations = Path(__file__).resolve().parents[1] / "src/cheems/data/sample/annotations"
     sample = read_prompts(annotations / "open.jsonl").prompts + read_prompts(annotations / "human.jsonl").prompts
     prompts = benchmark_prompts(sample, args.prompts, args.responses, args.chars)
@@ -97,9 +117,10 @@ def main() -> None:
         texts = [p.prompt_text for p in sample] + [r.content for p in sample for r in p.responses]
         folder = build(Path(args.model_dir) if args.model_dir else Path(d) / "model", shape, texts, args.device)
         models = {mode: load_reward_model(folder, device=args.device, max_length=4096,
-                                          liger_kernels=args.liger_kernels, **MODES[mode])
-                  for mode in args.modes.split(",")}
-    any_rm = next(iter(models.values()))
+                                          liger_kernels=args.liger_kernels, compile=args.compile, **MODES[mode])
+                  for mode in modes if mode != PLAIN}
+        any_rm = next(iter(models.values()), None) or load_reward_model(folder, device="cpu", max_length=4096)
+        plain = PlainLoop(folder, args.device, args.plain_batch_size) if PLAIN in modes else None
     _, one_by_one = timed(lambda: [any_rm.encode(p.prompt, r.content) for p in prompts for r in p.responses], "cpu")
     flat, encode_wall = timed(lambda: any_rm.encode_many([(p.prompt, r.content) for p in prompts
                                                            for r in p.responses]), "cpu")
@@ -107,42 +128,121 @@ def main() -> None:
     encoded = [flat[lo:hi] for lo, hi in zip([0] + ends, ends)]
     lengths = [len(s) for seqs in encoded for s in seqs]
     tokens = sum(lengths)
-    shared_tokens = sum(packed_cost(seqs, True) for seqs in encoded)
+    computed = sum(packed_cost(seqs, True) for seqs in encoded)
     context = mean_context(lengths)
+    figures = Figures(shape, peak, tokens, context, computed,
+                      shared_prefix_context([(common_prefix(seqs), [len(s) for s in seqs]) for seqs in encoded]))
     budget = any_rm.token_budget(args.token_budget)
-    print(f"{shape} on {args.device} ({any_rm.model.dtype}, liger {args.liger_kernels}): {len(prompts):,} prompts, "
+    print(f"{shape} on {args.device} ({any_rm.model.dtype}, liger {args.liger_kernels}, compile {args.compile}): {len(prompts):,} prompts, "
           f"{len(lengths):,} conversations, {tokens:,} tokens (mean {tokens / len(lengths):,.0f}); a shared prefix "
-          f"leaves "
-          f"{shared_tokens:,} ({1 - shared_tokens / tokens:.1%} fewer); token budget {budget}, batch size "
-          f"{args.batch_size}; encoding them takes {encode_wall:.2f} s in chunks ({one_by_one:.2f} s one by one)")
-    print(f"FLOPs: {flops_formula(shape, context, 1)}; peak: {peak_text}")
-    reference, results = None, {}
-    for mode, rm in models.items():
-        score_prompts(rm, prompts[:4], token_budget=args.token_budget, batch_size=args.batch_size)  # warm-up
-        rows, wall = timed(lambda: [x for b in score_prompts(rm, prompts, token_budget=args.token_budget,
-                                                             batch_size=args.batch_size) for x in b], args.device)
-        scores = {(pid, rid): s for pid, rid, s in rows}
-        reference = reference or scores
-        diff = max(abs(scores[k] - reference[k]) for k in reference)
-        padding = _padding_share(lengths, budget, args.batch_size) if mode == "padded" else 0.0
-        results[mode] = tokens / wall
-        print(f"{mode:>7}: {wall:8.2f} s  {tokens / wall:12,.0f} tokens/s  padding {padding:6.1%}  "
-              f"MFU {mfu(shape, context, 1, tokens / wall, peak):6.2%}  max |score diff| {diff:.1e}")
+          f"computes {computed:,} of them and leaves {tokens - computed:,} prefill-shared "
+          f"({1 - computed / tokens:.1%}); token budget {budget}, batch size {args.batch_size} "
+          f"(transformers loop: {args.plain_batch_size}); encoding them takes {encode_wall:.2f} s in chunks "
+          f"({one_by_one:.2f} s one by one)")
+    print(f"FLOPs: {flops_formula(shape, context, 1)}; shared mode, on computed tokens: "
+          f"{flops_formula(shape, figures.shared_context, 1)}; peak: {peak_text}")
+    results = score_modes(args, models, plain, prompts, lengths, budget, figures)
     if args.profile:
         for mode, rm in models.items():
             _profile(lambda: [x for b in score_prompts(rm, prompts[:300], token_budget=args.token_budget,
                                                        batch_size=args.batch_size) for x in b],
                      f"{args.profile}.{mode}.txt", args.device)
     if args.alone:
-        rm = next(iter(models.values()))
         seqs = [s for ss in encoded for s in ss][:args.alone]
-        _, wall = timed(lambda: [rm.score_ids([s]) for s in seqs], args.device)
+        _, wall = timed(lambda: [any_rm.score_ids([s]) for s in seqs], args.device)
         n = sum(map(len, seqs))
         results["alone"] = n / wall
-        print(f"  alone: {wall:8.2f} s  {n / wall:12,.0f} tokens/s  (first {len(seqs)} conversations)")
-    base = results.get("padded")
-    if base:
-        print("vs padded: " + ", ".join(f"{m} {v / base:.2f}x" for m, v in results.items() if m != "padded"))
+        print(f"{'alone':>12}: {wall:8.2f} s  {n / wall:12,.0f} tokens/s  (first {len(seqs)} conversations)")
+    for base in ("padded", PLAIN):
+        if base in results:
+            print(f"vs {base}: " + ", ".join(f"{m} {v / results[base]:.2f}x" for m, v in results.items() if m != base))
+
+
+@dataclass
+class Figures:
+    """What the rows are measured against: the model shape and device peak, all tokens and
+    their mean context, and the shared mode's computed tokens and their mean context."""
+
+    shape: str
+    peak: float
+    tokens: int
+    context: float
+    computed: int
+    shared_context: float
+
+
+def score_modes(args, models: dict, plain, prompts, lengths, budget: int, figures: Figures) -> dict:
+    """Score ``prompts`` in each mode of ``args.modes`` (after a small warm-up), print its row,
+    and return its tokens/s (all tokens) by mode. The largest score difference is to the first
+    mode's scores."""
+    from cheems.scoring.transformers_rm import score_prompts
+
+    reference, results, f = None, {}, figures
+    for mode in args.modes.split(","):
+        if mode == PLAIN:
+            def run(some):
+                return plain.score(some)
+        else:
+            def run(some, rm=models[mode]):
+                return [x for b in score_prompts(rm, some, token_budget=args.token_budget,
+                                                 batch_size=args.batch_size) for x in b]
+        run(prompts[:4])  # warm-up
+        if plain is not None:
+            plain.real = plain.padded = 0
+        rows, wall = timed(lambda: run(prompts), args.device)  # noqa: B023  (called at once)
+        scores = {(pid, rid): s for pid, rid, s in rows}
+        reference = reference or scores
+        diff = max(abs(scores[k] - reference[k]) for k in reference)
+        padding = (_padding_share(lengths, budget, args.batch_size) if mode == "padded"
+                   else 1 - plain.real / plain.padded if mode == PLAIN else 0.0)
+        results[mode] = f.tokens / wall
+        if mode == "shared":  # computed tokens apart from the prefix tokens it did not recompute
+            efficiency = (f"computed {f.computed / wall:,.0f} tokens/s (+{(f.tokens - f.computed) / wall:,.0f} "
+                          f"prefill-shared)  MFU on computed "
+                          f"{mfu(f.shape, f.shared_context, 1, f.computed / wall, f.peak):6.2%}")
+        else:
+            efficiency = f"MFU {mfu(f.shape, f.context, 1, f.tokens / wall, f.peak):6.2%}"
+        line = (f"{mode:>12}: {wall:8.2f} s  {f.tokens / wall:12,.0f} tokens/s  padding {padding:6.1%}  "
+                f"{efficiency}  max |score diff| {diff:.1e}")
+        print(line)
+    return results
+
+
+class PlainLoop:
+    """The scoring loop a user writes with plain transformers: the checkpoint loaded with
+    AutoModelForSequenceClassification (its saved dtype: bfloat16 on CUDA here, float32 on a
+    CPU), each (prompt, response) rendered with the tokenizer's chat template, batches of a
+    fixed size in the input order padded on the right, and the logit at each sequence's last
+    real token (the model's pooling finds it from the pad token). Counts the real and padded
+    tokens it runs."""
+
+    def __init__(self, folder, device: str, batch_size: int, max_length: int = 4096):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.torch, self.device, self.batch_size, self.max_length = torch, device, batch_size, max_length
+        self.tokenizer = AutoTokenizer.from_pretrained(folder, padding_side="right")
+        self.model = AutoModelForSequenceClassification.from_pretrained(folder, dtype="auto").to(device).eval()
+        self.real = self.padded = 0
+
+    def score(self, prompts) -> list[tuple[str, str, float]]:
+        """``(prompt id, response id, score)`` of every response of ``prompts``, in order."""
+        keys, texts = [], []
+        for p in prompts:
+            messages = [{"role": "user", "content": p.prompt}] if isinstance(p.prompt, str) else list(p.prompt)
+            for r in p.responses:
+                keys.append((p.id, r.id))
+                texts.append(self.tokenizer.apply_chat_template(
+                    messages + [{"role": "assistant", "content": r.content}], tokenize=False))
+        scores = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(texts[start:start + self.batch_size], padding=True, truncation=True,
+                                   max_length=self.max_length, return_tensors="pt").to(self.device)
+            self.real += int(batch["attention_mask"].sum())
+            self.padded += batch["attention_mask"].numel()
+            with self.torch.inference_mode():
+                scores.extend(self.model(**batch).logits[:, 0].float().tolist())
+        return [(pid, rid, s) for (pid, rid), s in zip(keys, scores)]
 
 
 def _profile(fn, path: str, device: str) -> None:

@@ -15,17 +15,7 @@ py=${PYTHON:-python3}
 liger=()
 $py -c "import liger_kernel" 2>/dev/null && liger=(--liger-kernels)
 
-step() {  # step NAME SECONDS COMMAND...
-    local name=$1 limit=$2
-    shift 2
-    echo "== $name"
-    local t0=$SECONDS
-    timeout "$limit" "$@" 2>&1 | grep -v "Writing model shards" >"$logs/$name.log"
-    local rc=${PIPESTATUS[0]}
-    echo "   rc $rc, $((SECONDS - t0)) s"
-    grep -v "^\s*$\|Warning\|warn" "$logs/$name.log" | tail -n 8 | cut -c1-400 | sed 's/^/   /'
-    return $rc
-}
+source "$(dirname "$0")/gpu_step.sh"  # step NAME SECONDS COMMAND...
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 $py -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"

@@ -77,6 +77,20 @@ def mean_context(lengths) -> float:
     return sum(n * (n + 1) / 2 for n in lengths) / sum(lengths)
 
 
+def shared_prefix_context(groups) -> float:
+    """C of the module docs for the tokens computed when each group's common prefix is laid
+    down once: ``groups`` lists ``(prefix length P, [lengths L_i of its sequences])``. The
+    prefix's P tokens attend causally to each other (P(P+1)/2 keys); a sequence's own tokens,
+    at positions P+1..L_i, attend to the prefix and to their own earlier tokens (L_i(L_i+1)/2
+    - P(P+1)/2 keys). The mean is over the computed tokens, P + sum (L_i - P) per group."""
+    keys = tokens = 0
+    for prefix, lengths in groups:
+        head = prefix * (prefix + 1) / 2
+        keys += head + sum(n * (n + 1) / 2 - head for n in lengths)
+        tokens += prefix + sum(n - prefix for n in lengths)
+    return keys / tokens
+
+
 def forward_flops_per_token(shape: str, context: float) -> float:
     hidden, layers, heads, _, _, _ = SHAPES[shape]
     return 2 * non_embedding_parameters(shape) + 4 * layers * hidden * context
