@@ -3,7 +3,7 @@ scipy + numpy) vs a per-prompt networkx implementation of the same algorithm.
 
 Usage: python benchmarks/bench_resolve.py [--prompts 30000] [--repeat 3]
 Prints the compute time of each, the ratio, and checks that both give the same ranks. Also
-times the path of `cheems rank` on plain rows, which builds the arrays straight from the parsed
+times the columnar path of `cheems rank`, which builds the arrays straight from the parsed
 rows (checking them as it goes) and makes no Prompt objects.
 """
 
@@ -19,10 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plain_rank import resolve_prompt  # noqa: E402
 from synthetic import synthetic_rows  # noqa: E402
 
-from cheems.benchmark import resolve_batch  # noqa: E402
-from cheems.formats import PlainBatch, parse_row  # noqa: E402
+from cheems.formats import ColumnarBatch, parse_row  # noqa: E402
 from cheems.io import gc_paused  # noqa: E402
-from cheems.graph import comparison_arrays, resolve_arrays, resolve_conflicts  # noqa: E402
+from cheems.graph import comparison_arrays, resolve_arrays, resolve_comparisons, resolve_conflicts  # noqa: E402
 import numpy as np  # noqa: E402
 
 
@@ -58,10 +57,10 @@ def main() -> None:
     for _ in range(args.repeat):
         t = time.perf_counter()
         with gc_paused():
-            batch = PlainBatch()
+            batch = ColumnarBatch(keep_rows=False)
             for lo in range(0, len(rows), 64):  # as `cheems rank` reads them, 64 rows at a time
                 batch.add(rows[lo:lo + 64])
-            rows_res = resolve_batch(batch)
+            rows_res = resolve_comparisons(*batch.arrays(), batch.response_ids)
         from_rows.append(time.perf_counter() - t)
 
     t = time.perf_counter()
@@ -74,7 +73,7 @@ def main() -> None:
     print(f"cheems.graph.resolve_conflicts: {ours:.3f} s (best of {args.repeat})")
     print(f"  of which the graph work on arrays (resolve_arrays): {min(core):.3f} s;"
           f" the rest turns Python objects into arrays and ranks back into dicts")
-    print(f"from the parsed rows, checked, no Prompt objects (cheems rank's plain path): {min(from_rows):.3f} s"
+    print(f"from the parsed rows, checked, no Prompt objects (cheems rank's columnar path): {min(from_rows):.3f} s"
           f" ({base / min(from_rows):.1f}x networkx)")
     print(f"networkx, one prompt at a time: {base:.3f} s")
     print(f"speed-up: {ratio:.1f}x   identical ranks: {same}")

@@ -5,12 +5,12 @@ joined, and every prompt's comparisons resolved into a partial ranking by confli
 resolution (paper Algorithm 1, :func:`cheems.graph.resolve_conflicts`). The ranked rows and
 the conflict report (paper Table 5) are written atomically.
 
-Input made only of plain cheems rows (:class:`cheems.formats.PlainBatch`: one row per prompt,
-``{id, prompt, responses: [{id, content}], comparisons: [{a, b, label}], category?,
-subset?}``) takes a fast path that builds no :class:`~cheems.records.Prompt` objects: rows
-are read a chunk at a time, straight into arrays, resolved by the same array core and
-written as ``Prompt.to_dict`` writes them, byte for byte. Anything else (and every error
-message) goes through the general readers.
+Input made only of cheems rows with distinct ids, each with comparisons (or triples), takes
+the columnar path (:func:`cheems.formats.rank_columns`), which builds no
+:class:`~cheems.records.Prompt` objects: rows are read a chunk at a time, straight into
+arrays, resolved by the same array core and written by placing ``rank`` among each parsed
+row's values, byte for byte what ``Prompt.to_dict`` writes. Anything else (rows to join or
+convert, another format, and every error message) goes through the general readers.
 
 Core module: no torch.
 """
@@ -21,19 +21,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Callable, Iterator
 
-import numpy as np
-import orjson
-
-from cheems.formats import (NotPlain, PlainBatch, ReadResult, RepeatedRows, key_repeated_rows, merge_prompts,
-                            read_many, row_chunks)
-from cheems.graph import comparison_arrays_from_codes, conflict_report, resolve_comparisons, resolve_conflicts
-from cheems.io import atomic_open, check_outputs, gc_paused, outputs_together, write_json, write_jsonl
+from cheems.formats import (NotPlain, ReadResult, RepeatedRows, key_repeated_rows, merge_prompts, rank_columns,
+                            read_many)
+from cheems.graph import resolve_conflicts
+from cheems.io import check_outputs, gc_paused, outputs_together, write_json, write_jsonl
 from cheems.records import CheemsInputError, Prompt
 
-__all__ = ["LazyPrompts", "RankedBenchmark", "rank_annotations", "read_benchmark", "resolve_batch"]
+__all__ = ["LazyPrompts", "RankedBenchmark", "rank_annotations", "read_benchmark"]
 
 
 class LazyPrompts(Sequence):
@@ -94,7 +90,7 @@ def rank_annotations(annotations: Sequence[str | os.PathLike], output: str | os.
         if fmt is None:
             try:
                 return _rank_plain(annotations, output, report, keep_comparisons)
-            except NotPlain:  # some row is not plain: the general readers read (or refuse) it
+            except NotPlain:  # some row is not columnar: the general readers read (or refuse) it
                 pass
         prompts, errors = _rankable(annotations, skip_invalid, fmt)
         if not prompts:
@@ -110,69 +106,21 @@ def rank_annotations(annotations: Sequence[str | os.PathLike], output: str | os.
     return RankedBenchmark(prompts, stats, errors)
 
 
-_CHUNK_ROWS = 64  # rows parsed per round: their comparison objects are freed while still in the CPU cache
-_BATCH_ROWS = 256  # rows resolved and written together (numpy calls per batch, not per row)
-_COUNTS = ("n_comparisons", "n_conflicts", "n_merged", "n_tie_groups", "n_uncompared")
-_dump_row = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)  # as write_jsonl
-
-
-def resolve_batch(batch: PlainBatch):
-    """The :class:`~cheems.graph.Resolution` of a :class:`~cheems.formats.PlainBatch`'s rows:
-    conflict resolution straight from the parsed rows, no Prompt made. NotPlain when an id is
-    not valid (the general readers then name it). O(comparisons x longest chain)."""
-    arrays = comparison_arrays_from_codes(batch.sizes, batch.counts, batch.node_first, batch.a_first,
-                                          batch.b_first, "".join(batch.labels))
-    if arrays is None:
-        raise NotPlain("a comparison or response id is not valid")
-    return resolve_comparisons(*arrays, batch.response_ids)
-
-
 def _rank_plain(annotations: Sequence[str | os.PathLike], output: str | os.PathLike,
                 report: str | os.PathLike | None, keep_comparisons: bool) -> RankedBenchmark:
-    """:func:`rank_annotations` for files of plain rows with distinct ids (no row to join):
-    rows parsed a small chunk at a time into a :class:`~cheems.formats.PlainBatch` (the
-    chunk's objects freed at once), each batch's arrays made by
-    :func:`~cheems.graph.comparison_arrays_from_codes`, resolved and serialised. Raises
-    NotPlain, having written nothing, for any other input. O(bytes + comparisons x longest chain).
-    """
-    seen: set[str] = set()
-    subsets: list[str | None] = []
-    counts: dict[str, list[np.ndarray]] = {k: [] for k in _COUNTS}
-    written: list[bytes] = []
-
-    def flush(batch: PlainBatch) -> None:
-        seen.update(batch.ids)
-        subsets.extend(batch.subsets)
-        if len(seen) != len(subsets):
-            raise NotPlain("a prompt id repeats: merge_prompts joins its rows")
-        res = resolve_batch(batch)
-        written.append(b"".join(map(_dump_row, batch.ranked_rows(res.ranks))))
-        for k in _COUNTS:
-            counts[k].append(getattr(res, k))
-
-    batch = PlainBatch(comparisons=keep_comparisons)
-    for path in annotations:
-        stem = Path(path).stem  # the default subset, as read_many gives it
-        for rows in row_chunks(path, _CHUNK_ROWS):
-            batch.add(rows, stem)
-            if len(batch) >= _BATCH_ROWS:
-                flush(batch)
-                batch = PlainBatch(comparisons=keep_comparisons)
-    if len(batch):
-        flush(batch)
-    if not subsets:
-        raise NotPlain("no rows")
-    stats = conflict_report(subsets, *(np.concatenate(counts[k]) for k in _COUNTS))
-    with outputs_together(output, report) as (ranked_tmp, report_tmp):  # both files or neither
-        with atomic_open(ranked_tmp) as f:
-            f.writelines(written)
-        if report_tmp is not None:
-            write_json(report_tmp, stats)
-    return RankedBenchmark(LazyPrompts(len(subsets), partial(_ranked_prompts, list(annotations))), stats, [])
+    """:func:`rank_annotations` by :func:`cheems.formats.rank_columns`, for files of cheems rows
+    with distinct ids, each with comparisons (rows read straight into arrays); the prompts are
+    read again by the general readers only when used. Raises NotPlain, having written nothing,
+    for any other input. O(bytes + comparisons x longest chain)."""
+    ranked = rank_columns(annotations, output, report=report, keep_comparisons=keep_comparisons)
+    if ranked is None:
+        raise NotPlain("rows the general readers read")
+    prompts = LazyPrompts(ranked.n_prompts, partial(_ranked_prompts, list(annotations)))
+    return RankedBenchmark(prompts, ranked.report, [])
 
 
 def _ranked_prompts(annotations: list[str | os.PathLike]) -> list[Prompt]:
-    """The ranked prompts of plain annotation files, read again by the general readers."""
+    """The ranked prompts of columnar annotation files, read again by the general readers."""
     prompts, _ = _rankable(annotations, False, None)
     with gc_paused():
         for p, r in zip(prompts, resolve_conflicts(prompts).ranks):

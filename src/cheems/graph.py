@@ -239,7 +239,7 @@ def comparison_arrays(prompts: list[Prompt]) -> tuple[np.ndarray, np.ndarray, np
 def comparison_arrays_from_codes(sizes, counts, node_first, a_first, b_first,
                                  labels: str) -> tuple[np.ndarray, ...] | None:
     """:func:`comparison_arrays` from prompts read as integer codes, without :class:`Prompt`
-    objects (as :class:`cheems.formats.PlainBatch` reads them): ``sizes[i]`` responses and
+    objects (as :class:`cheems.formats.ColumnarBatch` reads them): ``sizes[i]`` responses and
     ``counts[i]`` comparisons per prompt; for every response the index of the first response
     holding its id, and for each comparison side the same for the id it names (-1: none);
     one label letter per comparison. Integer sequences may be any buffer (``array``, numpy).

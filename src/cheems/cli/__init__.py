@@ -1,28 +1,16 @@
-"""The ``cheems`` command line: parse flags, call one library function, print or write."""
+"""The ``cheems`` command line: parse flags, call one library function, print or write.
+
+:data:`app` imports each command's module when the command is first looked up
+(:mod:`cheems.cli.app`), so a command starts without the others' dependencies."""
 
 from __future__ import annotations
 
 import logging
 import sys
 
-from cheems.cli import data, evaluate, models, serve  # noqa: F401  (each registers its commands on the app)
-from cheems.cli.annotate import annotate_app
-from cheems.cli.catalog import data_app
-from cheems.cli.experiment import experiment_app
-from cheems.cli.experiment_table import register as register_experiment_table
 from cheems.cli.app import app
-from cheems.cli.curate import analyze_app, curate_app
-from cheems.cli.report import register as register_report_commands
 
 __all__ = ["MULTI_VALUE_FLAGS", "app", "expand_multi_value_flags", "main"]
-
-app.add_typer(data_app, name="data")
-register_experiment_table(experiment_app)
-app.add_typer(experiment_app, name="experiment")
-app.add_typer(curate_app, name="curate")
-app.add_typer(analyze_app, name="analyze")
-app.add_typer(annotate_app, name="annotate")
-register_report_commands(app)
 
 
 class _QuietCpuFallback(logging.Filter):

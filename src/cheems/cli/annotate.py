@@ -15,6 +15,7 @@ from typing import Optional
 import typer
 
 from cheems.annotate.settings import ServerSettings, WorkflowSettings
+from cheems.cli.app import app
 from cheems.cli.console import data_paths, out, print_skipped, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.records import CheemsInputError
@@ -158,9 +159,9 @@ def serve(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow
     workflow = build_settings(WorkflowSettings, workflow_flags)
     server = build_settings(ServerSettings, server_flags)
     _need_extra()
-    app = create_app(_db_url(db), workflow, secure_cookies=server.secure_cookies)
+    web_app = create_app(_db_url(db), workflow, secure_cookies=server.secure_cookies)
     log_to(sys.stderr)
-    run(app, server.host, server.port, on_ready=_say_ready)
+    run(web_app, server.host, server.port, on_ready=_say_ready)
 
 
 def _say_ready(r: dict) -> None:
@@ -252,3 +253,6 @@ def study_list(as_json: bool = typer.Option(False, "--json", help="Print the stu
     for st in studies:
         out.print(f"{st['name']}: {st['prompts']} prompts, {st['tasks']} tasks, {st['members']} members "
                   f"(created {st['created_at'][:19]})")
+
+
+app.add_typer(annotate_app, name="annotate")

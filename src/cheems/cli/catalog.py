@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from cheems.cli.app import app
 from cheems.cli.console import err, out, print_skipped, progress, reports_input_errors
 
 __all__ = ["data_app", "get", "info", "list_entries"]
@@ -78,3 +79,6 @@ def get(name: str = typer.Argument(..., help="A catalogue name or hf:OWNER/NAME[
     print_skipped(summary["errors"])
     rate = summary["rows"] / summary["seconds"] if summary["seconds"] > 0 else 0.0
     out.print(f"wrote {summary['rows']} rows -> {output} ({rate:,.0f} rows/s)")
+
+
+app.add_typer(data_app, name="data")

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from cheems.cli.app import app
 from cheems.cli.console import (data_paths, err, fmt, judge_backend_for, out, print_skipped, progress,
                                 reports_input_errors)
 from cheems.cli.flags import build_settings, settings_flags
@@ -289,3 +290,7 @@ def bias(
         write_json(json_out, result["tables"])
     for p in result["plots"]:
         out.print(f"plot -> {p}")
+
+
+app.add_typer(curate_app, name="curate")
+app.add_typer(analyze_app, name="analyze")

@@ -200,22 +200,38 @@ def stats(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """The paper's Table 1 statistics: prompts, responses, comparisons, average lengths."""
-    from cheems.formats import read_prompts
-    from cheems.metrics import dataset_stats
+    from cheems.formats.columnar import columnar_stats
 
     table = Table(title="Dataset statistics")
     table.add_column("file", overflow="fold")
     for col in ("prompts", "responses/prompt", "comparisons", "prompt chars", "chosen chars", "rejected chars"):
         table.add_column(col, justify="right")
+    paths = data_paths(files)
+    sums = [columnar_stats(path) for path in paths] if fmt is None else [None]
+    if None in sums:  # a file the columnar path leaves to the general readers: all read by them
+        _general_stats(table, files, paths, skip_invalid, fmt)
+    else:
+        for f, s in zip(files, sums):
+            _stats_row(table, str(f), s.stats())
+        if len(files) > 1:
+            _stats_row(table, "total", sum(sums[1:], sums[0]).stats())
+    out.print(table)
+
+
+def _general_stats(table: Table, files: List[Path], paths: List[Path], skip_invalid: bool,
+                   fmt: Optional[str]) -> None:
+    """The rows of :func:`stats` from the prompts the general readers read."""
+    from cheems.formats import read_prompts
+    from cheems.metrics import dataset_stats
+
     everything = []
-    for f, path in zip(files, data_paths(files)):
+    for f, path in zip(files, paths):
         res = read_prompts(path, skip_invalid=skip_invalid, fmt=fmt)
         print_skipped(res.errors)
         everything.extend(res.prompts)
         _stats_row(table, str(f), dataset_stats(res.prompts))
     if len(files) > 1:
         _stats_row(table, "total", dataset_stats(everything))
-    out.print(table)
 
 
 def _stats_row(table: Table, name: str, s: dict) -> None:

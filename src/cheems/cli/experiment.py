@@ -8,7 +8,9 @@ from typing import Optional
 
 import typer
 
+from cheems.cli.app import app
 from cheems.cli.console import err, fmt, out, reports_input_errors
+from cheems.cli.experiment_table import register as register_table
 
 __all__ = ["experiment_app", "run", "status"]
 
@@ -85,3 +87,7 @@ def status(folder: Path = typer.Argument(..., help="Experiment folder (the -o of
         table.add_row(c["cell"], c["state"], "-" if c["checkpoint"] is None else str(c["checkpoint"]),
                       "-" if c["pairs"] is None else str(c["pairs"]), fmt(c["overall"]))
     out.print(table)
+
+
+register_table(experiment_app)
+app.add_typer(experiment_app, name="experiment")

@@ -11,6 +11,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+from cheems.cli.app import app
 from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_input_errors
 from cheems.cli.flags import build_settings, flag_name, settings_flags
 from cheems.records import CheemsInputError
@@ -19,7 +20,7 @@ from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.remote_scorer import RemoteScorerSettings
 
-__all__ = ["register"]
+__all__ = ["bon", "compare", "correlate", "report"]
 
 
 def _read_json(path: Path) -> object:
@@ -279,6 +280,5 @@ def report(results: List[Path] = typer.Argument(..., help="Any mix of eval, judg
     out.print(f"report -> {output}" + (f" (and {markdown})" if markdown else ""))
 
 
-def register(app: typer.Typer) -> None:
-    for name, fn in (("bon", bon), ("compare", compare), ("correlate", correlate), ("report", report)):
-        app.command(name)(fn)
+for _name, _fn in (("bon", bon), ("compare", compare), ("correlate", correlate), ("report", report)):
+    app.command(_name)(_fn)

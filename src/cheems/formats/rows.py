@@ -26,7 +26,7 @@ __all__ = ["NotPlain", "iter_rows", "row_chunks"]
 
 
 class NotPlain(Exception):
-    """Input that :func:`row_chunks` and :class:`~cheems.formats.plain.PlainBatch` leave to the
+    """Input that :func:`row_chunks` and :class:`~cheems.formats.columnar.ColumnarBatch` leave to the
     general readers (:func:`~cheems.formats.read.read_many`, :func:`~cheems.formats.detect.parse_row`),
     which read it or name its fault."""
 

@@ -1,7 +1,7 @@
 """What cheems writes besides prompt rows: the rows of a SCORES file.
 
 Prompt rows are written as :meth:`cheems.records.Prompt.to_dict` writes them (and, on the plain
-path of ``cheems rank``, as :meth:`~cheems.formats.plain.PlainBatch.ranked_rows` writes the same
+path of ``cheems rank``, as :meth:`~cheems.formats.columnar.ColumnarBatch.ranked_rows` writes the same
 bytes); :func:`cheems.io.write_jsonl` writes either kind atomically.
 """
 

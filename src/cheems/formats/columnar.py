@@ -1,0 +1,556 @@
+"""Cheems rows read straight into columns, no :class:`~cheems.records.Prompt` made: what
+``cheems rank`` and ``cheems stats`` need from JSONL files of cheems rows.
+
+A :class:`ColumnarBatch` holds a few hundred parsed rows (orjson, :func:`~cheems.formats.rows.row_chunks`)
+as columns: response ids coded as integers (the index of the first response of the batch holding
+each id), comparisons as integer codes and one label letter each, response and prompt lengths
+as integer arrays. Texts are never copied: the values the parser made are kept as they are, and
+a ranked row is written by placing ``rank`` among the parsed row's own values, in the key order
+:meth:`~cheems.records.Prompt.to_dict` writes, so the bytes are those of the object path.
+
+Columnar rows are the cheems rows :func:`~cheems.formats.official.parse_cheems` reads
+without joining or converting anything: a ``prompt`` (text or chat messages), ``responses`` of
+``{id, content, model?, ...}`` with string ids, ``comparisons`` of ``{a, b, label, annotator?,
+source?, ...}`` naming response ids, ``triples`` (``{ids, ranking, annotator?}``, read into their
+three comparisons each), an optional ``rank`` object, ``id``, ``category``, ``subset`` and any
+other keys (kept). Anything else (another format, ``annotations``, an id
+to convert, a row that is wrong in any way, a Parquet or TSV file) raises
+:class:`~cheems.formats.rows.NotPlain`, and the callers read the files again with the general
+readers, which read it or name its fault (file, line, field) as always.
+"""
+
+from __future__ import annotations
+
+import os
+from array import array
+from dataclasses import dataclass, fields
+from functools import partial
+from itertools import chain, count, islice, repeat
+from operator import itemgetter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import orjson
+
+from cheems.formats.official import COMPARISON_KEYS, RESPONSE_KEYS
+from cheems.formats.rows import NotPlain, row_chunks
+from cheems.formats.scored import RANKED_BY
+from cheems.records import LABELS, ROLES, CheemsInputError, prompt_id, triple_comparisons
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["ColumnarBatch", "RankedColumns", "StatsSums", "columnar_stats", "rank_columns"]
+
+ROW_KEYS = frozenset(("id", "prompt", "responses", "rank", "comparisons", "triples", "category", "subset"))
+"""The keys of a columnar row that :meth:`~cheems.records.Prompt.to_dict` writes in its own
+order; the row's other keys are written after them, in the row's order."""
+
+_OTHER_READERS = frozenset(("input", "annotations", "task_id", RANKED_BY))
+"""Keys whose rows the general readers read (converted, joined or of another format)."""
+
+_NOT_COLUMNAR_SUFFIXES = frozenset((".csv", ".xlsx", ".xls", ".xlsm", ".tsv", ".parquet"))
+
+_GET_PROMPT, _GET_RESPONSES = itemgetter("prompt"), itemgetter("responses")
+_GET_A, _GET_B, _GET_LABEL = itemgetter("a"), itemgetter("b"), itemgetter("label")
+_LABEL_STRINGS = {label: label for label in LABELS}
+_CHUNK_ROWS = 64  # rows parsed per round: their comparison objects are freed while still in the CPU cache
+_BATCH_ROWS = 256  # rows coded, resolved and written together (numpy calls per batch, not per row)
+
+
+class ColumnarBatch:
+    """Columnar rows (see the module) added a chunk at a time; :meth:`add` raises NotPlain for
+    any other row, leaving the batch unusable.
+
+    Per row: ``ids`` (given, an integer id as text, or :func:`~cheems.records.prompt_id` of a row
+    without one), ``subsets``, ``has_rank`` and, with ``keep_rows``, what ``Prompt.to_dict``
+    writes: ``prompts``, ``responses`` (the parsed dicts, rebuilt only where their keys are not
+    in the written order), ``comparisons`` (kept only with ``keep_comparisons``), ``categories``,
+    ``extras`` (None: none). Flat over the batch: ``response_ids``, ``content_chars``; ``sizes``
+    and ``counts`` (responses and comparisons per row); ``node_first``, ``a_first``, ``b_first``
+    and ``labels`` as :func:`cheems.graph.comparison_arrays_from_codes` takes them; ``rank_values``
+    (the input rank of every response of a ranked row, in response order) and ``prompt_chars``.
+    """
+
+    def __init__(self, *, keep_rows: bool = True, keep_comparisons: bool = False):
+        self.keep_rows, self.keep_comparisons = keep_rows, keep_comparisons
+        self.ids: list[str] = []
+        self.subsets: list[str | None] = []
+        self.has_rank: list[bool] = []
+        self.prompts: list[Any] = []
+        self.responses: list[list[dict]] = []
+        self.comparisons: list[list[dict]] = []
+        self.categories: list[list[str]] = []
+        self.extras: list[dict | None] = []
+        self.response_ids: list[str] = []
+        self.content_chars, self.prompt_chars, self.rank_values = array("q"), array("q"), array("q")
+        self.sizes, self.counts = array("q"), array("q")
+        self.node_first, self.a_first, self.b_first = array("q"), array("q"), array("q")
+        self.labels: list[str] = []
+        self._first: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, rows: list, default_subset: str | None = None) -> None:
+        """Add parsed rows that are all columnar (NotPlain otherwise); ``default_subset`` fills
+        a missing subset, as :func:`~cheems.formats.read.read_many` does. C-level ``map``s over
+        responses and comparisons; Python code per row only for what is unusual (a chat prompt,
+        a missing id, an input rank, extra keys). O(rows + responses + comparisons)."""
+        if set(map(type, rows)) != {dict} or not _OTHER_READERS.isdisjoint(chain.from_iterable(rows)):
+            raise NotPlain("not a columnar row")
+        try:
+            prompts, responses = list(map(_GET_PROMPT, rows)), list(map(_GET_RESPONSES, rows))
+        except KeyError:
+            raise NotPlain("prompt or responses missing") from None
+        prompt_chars = _prompt_chars(prompts)
+        if set(map(type, responses)) != {list} or not all(responses):
+            raise NotPlain("responses")
+        sizes = list(map(len, responses))
+        first_response = len(self.response_ids)
+        contents = self._add_responses(responses, sizes)
+        ranked = self._add_ranks(rows, sizes, first_response)
+        comps = list(map(dict.get, rows, repeat("comparisons")))
+        triples = list(map(dict.get, rows, repeat("triples")))
+        if triples.count(None) != len(triples):
+            comps = list(map(_with_triples, comps, triples))
+        self._add_comparisons(comps)
+        self.ids += _row_ids(rows, prompts, contents, sizes)
+        subsets = list(map(dict.get, rows, repeat("subset")))
+        if not {str, type(None)}.issuperset(map(type, subsets)):
+            raise NotPlain("subset")
+        categories = _categories(list(map(dict.get, rows, repeat("category"))))
+        self.subsets += [default_subset if s is None else s for s in subsets]
+        self.has_rank += ranked
+        self.prompt_chars.extend(prompt_chars)
+        self.sizes.extend(sizes)
+        if self.keep_rows:
+            self.prompts += prompts
+            self.categories += categories
+            self.extras += _extras(rows)
+
+    def _add_responses(self, responses: list[list], sizes: list[int]) -> list[str]:
+        """Code the responses' ids, keep their lengths (and, with ``keep_rows``, the dicts as
+        ``Response.to_dict`` writes them). Returns every content. O(responses)."""
+        flat = list(chain.from_iterable(responses))
+        if set(map(type, flat)) != {dict}:
+            raise NotPlain("responses")
+        ids, contents = list(map(dict.get, flat, repeat("id"))), list(map(dict.get, flat, repeat("content")))
+        if set(map(type, ids)) != {str} or set(map(type, contents)) != {str}:
+            raise NotPlain("responses")  # a missing or integer id, a missing content
+        self.node_first.extend(map(self._first.setdefault, ids, count(len(self.response_ids))))
+        self.response_ids += ids
+        self.content_chars.extend(map(len, contents))
+        if self.keep_rows:
+            if not _written_as_read(flat, _response_order, ("model",), _all_text):
+                rebuilt = iter(list(map(_response_dict, flat)))
+                responses = [list(islice(rebuilt, n)) for n in sizes]
+            self.responses += responses
+        return contents
+
+    def _add_ranks(self, rows: list[dict], sizes: list[int], first_response: int) -> list[bool]:
+        """Whether each row has a ``rank``; the values of those that do, in response order. A rank
+        must be an object giving every response of its row (and nothing else) an integer.
+        ``first_response``: the batch index of the rows' first response."""
+        ranks = list(map(dict.get, rows, repeat("rank")))
+        if ranks.count(None) == len(ranks):
+            return [False] * len(rows)
+        it = islice(self.response_ids, first_response, None)
+        for rank, ids in zip(ranks, [list(islice(it, n)) for n in sizes]):
+            if rank is None:
+                continue
+            if type(rank) is not dict or rank.keys() != set(ids) or set(map(type, rank.values())) != {int}:
+                raise NotPlain("rank")
+            try:
+                self.rank_values.extend(map(rank.__getitem__, ids))
+            except OverflowError:
+                raise NotPlain("rank") from None
+        return [r is not None for r in ranks]
+
+    def _add_comparisons(self, comps: list) -> None:
+        """Code the comparisons' ids and labels (the ids are checked by
+        :func:`~cheems.graph.comparison_arrays_from_codes`); keep them, as ``Comparison.to_dict``
+        writes them, with ``keep_comparisons``. O(comparisons)."""
+        if not {list, type(None)}.issuperset(map(type, comps)):
+            raise NotPlain("comparisons")
+        comps = [c or [] for c in comps]
+        flat = list(chain.from_iterable(comps))
+        first = self._first.get
+        try:  # a comparison that is not a dict, a missing key, an unhashable id or unknown label
+            a, b = list(map(_GET_A, flat)), list(map(_GET_B, flat))
+            self.labels.append("".join(map(_LABEL_STRINGS.__getitem__, map(_GET_LABEL, flat))))
+            self.a_first.extend(map(first, a, repeat(-1)))
+            self.b_first.extend(map(first, b, repeat(-1)))
+        except (KeyError, TypeError):
+            raise NotPlain("comparisons") from None
+        self.counts.extend(map(len, comps))
+        if self.keep_rows and self.keep_comparisons:
+            if not _written_as_read(flat, _comparison_order, ("annotator", "source"), _none_null):
+                rebuilt = iter(list(map(_comparison_dict, flat)))
+                comps = [list(islice(rebuilt, len(c))) for c in comps]
+            self.comparisons += comps
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        """``(offsets, a, b, label_code, prompt_index)`` as :func:`cheems.graph.comparison_arrays`
+        returns them; NotPlain when a row repeats a response id or a comparison names an id its
+        row lacks or one response twice."""
+        from cheems.graph import comparison_arrays_from_codes
+
+        arrays = comparison_arrays_from_codes(self.sizes, self.counts, self.node_first, self.a_first,
+                                              self.b_first, "".join(self.labels))
+        if arrays is None:
+            raise NotPlain("a comparison or response id is not valid")
+        return arrays
+
+    def ranked_rows(self, ranks: list[dict[str, int]]) -> Iterator[dict]:
+        """Each row as ``Prompt.to_dict`` writes it ranked by ``ranks[i]`` (same keys, order and
+        values): the parsed values, ``rank`` placed after ``responses``. O(rows)."""
+        comparisons = self.comparisons if self.keep_comparisons else repeat(None)
+        for rid, prompt, responses, rank, comps, category, subset, extra in zip(
+                self.ids, self.prompts, self.responses, ranks, comparisons, self.categories, self.subsets,
+                self.extras):
+            d = {"id": rid, "prompt": prompt, "responses": responses, "rank": rank}
+            if comps:
+                d["comparisons"] = comps
+            if category:
+                d["category"] = category
+            if subset is not None:
+                d["subset"] = subset
+            if extra:
+                d.update(extra)
+            yield d
+
+
+# ----------------------------------------------------------------------------- row fields
+
+def _prompt_chars(prompts: list) -> list[int]:
+    """The length of each prompt as text (``Prompt.prompt_text``); NotPlain for a blank text or a
+    list that is not chat messages, each ``{role, content}`` with a known role."""
+    if set(map(type, prompts)) == {str}:
+        if not all(map(str.strip, prompts)):
+            raise NotPlain("blank prompt")
+        return list(map(len, prompts))
+    return list(map(_one_prompt_chars, prompts))
+
+
+def _one_prompt_chars(prompt: Any) -> int:
+    if type(prompt) is str:
+        if not prompt.strip():
+            raise NotPlain("blank prompt")
+        return len(prompt)
+    if type(prompt) is not list or not prompt or set(map(type, prompt)) != {dict}:
+        raise NotPlain("prompt")
+    contents = list(map(dict.get, prompt, repeat("content")))
+    if set(map(type, contents)) != {str} or not all(m.get("role") in ROLES for m in prompt):
+        raise NotPlain("prompt")
+    return sum(map(len, contents)) + len(contents) - 1  # joined by newlines
+
+
+def _row_ids(rows: list[dict], prompts: list, contents: list[str], sizes: list[int]) -> list[str]:
+    """Each row's id as :func:`~cheems.formats.fields.row_id` gives it; NotPlain for an id that
+    is neither a string, an integer nor absent."""
+    ids = list(map(dict.get, rows, repeat("id")))
+    if set(map(type, ids)) == {str}:
+        return ids
+    out, it = [], iter(contents)
+    for rid, prompt, n in zip(ids, prompts, sizes):
+        row_contents = list(islice(it, n))
+        if type(rid) is str:
+            out.append(rid)
+        elif type(rid) is int:
+            out.append(str(rid))
+        elif rid is None:
+            out.append(prompt_id(prompt, row_contents))
+        else:
+            raise NotPlain("id")
+    return out
+
+
+def _with_triples(comps: Any, triples: Any) -> Any:
+    """A row's ``comparisons`` followed by the three comparisons of each of its ``triples``
+    (``{ids: [x, y, z], ranking: 'x>z=y', annotator?}``), as ``Comparison.to_dict`` writes them;
+    NotPlain for triples the reader would refuse (it names the fault)."""
+    if triples is None:
+        return comps
+    if type(triples) is not list or not {list, type(None)}.issuperset((type(comps),)):
+        raise NotPlain("triples")
+    out = list(comps or ())
+    for t in triples:
+        if type(t) is not dict or type(t.get("ids")) is not list or len(t["ids"]) != 3 \
+                or set(map(type, t["ids"])) != {str}:
+            raise NotPlain("triples")
+        try:
+            out += [c.to_dict() for c in triple_comparisons(t["ids"], t.get("ranking"), annotator=t.get("annotator"))]
+        except CheemsInputError:
+            raise NotPlain("triples") from None
+    return out
+
+
+def _categories(values: list) -> list[list[str]]:
+    """:func:`~cheems.formats.fields.category_field` of each row's ``category`` value; NotPlain
+    where it would raise. Lists of strings, the common case, are taken as they are."""
+    if set(map(type, values)) == {list} and set(map(type, chain.from_iterable(values))) <= {str}:
+        return values
+    return list(map(_category, values))
+
+
+def _category(c: Any) -> list[str]:
+    if c is None:
+        return []
+    if type(c) is str:
+        return [c]
+    if type(c) is list and set(map(type, c)) <= {str}:
+        return c
+    raise NotPlain("category")
+
+
+def _extras(rows: list[dict]) -> list[dict | None]:
+    """Each row's keys other than :data:`ROW_KEYS`, in the row's order (None: none). The keys
+    are sorted out once per distinct key order."""
+    shapes = {shape: tuple(k for k in shape if k not in ROW_KEYS) for shape in set(map(tuple, rows))}
+    if not any(shapes.values()):
+        return [None] * len(rows)
+    return [{k: row[k] for k in shapes[tuple(row)]} or None for row in rows]
+
+
+_ABSENT = object()
+
+
+def _written_as_read(items: list[dict], order, optional: tuple[str, ...], keeps) -> bool:
+    """Whether ``to_dict`` writes each of ``items`` back as it was read: every distinct key
+    order is one ``order`` accepts, and each ``optional`` key, where present, holds a value
+    that ``keeps`` accepts, given them all (the reader drops a model that is not text, an
+    annotator of null); C-level ``map``s."""
+    shapes = set(map(tuple, items))
+    if not all(map(order, shapes)):
+        return False
+    for key in optional:
+        if any(key in s for s in shapes):
+            if not keeps(list(map(dict.get, items, repeat(key), repeat(_ABSENT)))):
+                return False
+    return True
+
+
+def _all_text(values: list) -> bool:
+    return set(map(type, values)) <= {str, object}  # object: _ABSENT
+
+
+def _none_null(values: list) -> bool:
+    return None not in values
+
+
+def _response_order(shape: tuple) -> bool:
+    """``Response.to_dict``'s key order: id, content, model (if any), the others."""
+    return shape[:2] == ("id", "content") and ("model" not in shape or shape[2] == "model")
+
+
+def _response_dict(r: dict) -> dict:
+    """A response as ``Response.to_dict`` writes what the reader made of it."""
+    d = {"id": r["id"], "content": r["content"]}
+    if type(r.get("model")) is str:
+        d["model"] = r["model"]
+    d.update((k, v) for k, v in r.items() if k not in RESPONSE_KEYS)
+    return d
+
+
+def _comparison_order(shape: tuple) -> bool:
+    """``Comparison.to_dict``'s key order: a, b, label, annotator, source (if any), the others;
+    an annotator or source of null is dropped, so a row holding one is rebuilt."""
+    named = tuple(k for k in shape if k in ("annotator", "source"))
+    return shape[:3] == ("a", "b", "label") and named in ((), ("annotator",), ("source",), ("annotator", "source")) \
+        and shape[3:3 + len(named)] == named
+
+
+def _comparison_dict(c: dict) -> dict:
+    """A comparison as ``Comparison.to_dict`` writes what the reader made of it."""
+    d = {"a": c["a"], "b": c["b"], "label": c["label"]}
+    for k in ("annotator", "source"):
+        if c.get(k) is not None:
+            d[k] = c[k]
+    d.update((k, v) for k, v in c.items() if k not in COMPARISON_KEYS)
+    return d
+
+
+def columnar_batches(paths: Sequence[str | os.PathLike], *, default_subsets: bool, keep_rows: bool,
+                     keep_comparisons: bool = False) -> Iterator[ColumnarBatch]:
+    """The columnar rows of the files, :data:`_BATCH_ROWS` at a time (each file's stem the
+    default subset with ``default_subsets``); NotPlain for a file or row that is not columnar.
+    O(bytes)."""
+    batch = ColumnarBatch(keep_rows=keep_rows, keep_comparisons=keep_comparisons)
+    for path in paths:
+        if Path(path).suffix.lower() in _NOT_COLUMNAR_SUFFIXES:
+            raise NotPlain(str(path))
+        stem = Path(path).stem if default_subsets else None
+        for rows in row_chunks(path, _CHUNK_ROWS):
+            batch.add(rows, stem)
+            if len(batch) >= _BATCH_ROWS:
+                yield batch
+                batch = ColumnarBatch(keep_rows=keep_rows, keep_comparisons=keep_comparisons)
+    if len(batch):
+        yield batch
+
+
+# ----------------------------------------------------------------------------- rank
+
+@dataclass
+class RankedColumns:
+    """What :func:`rank_columns` wrote: how many ranked prompts, and the conflict report per
+    subset and in total (:func:`cheems.graph.conflict_report`)."""
+
+    n_prompts: int
+    report: dict
+
+
+_COUNTS = ("n_comparisons", "n_conflicts", "n_merged", "n_tie_groups", "n_uncompared")
+_dump_row = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)  # as write_jsonl
+
+
+def rank_columns(annotations: Sequence[str | os.PathLike], output: str | os.PathLike, *,
+                 report: str | os.PathLike | None = None, keep_comparisons: bool = False) -> RankedColumns | None:
+    """``cheems rank`` (:func:`cheems.benchmark.rank_annotations`) for files of columnar rows with
+    distinct ids: each batch's comparisons resolved by :func:`cheems.graph.resolve_comparisons`
+    and its rows written back with their ``rank``, the same bytes as the object path; the
+    conflict report to ``report`` when given (both files or neither). None, having written
+    nothing, for any other input (a row to join, a row without comparisons, anything
+    :class:`ColumnarBatch` refuses): the general path then reads it. An output that is one of
+    the inputs is refused before anything is read. O(bytes + comparisons x longest chain).
+    """
+    from cheems.io import check_outputs, gc_paused
+
+    check_outputs([output, report], annotations)
+    with gc_paused():  # hundreds of thousands of small long-lived objects, no cycles
+        try:
+            return _rank_columns(annotations, output, report, keep_comparisons)
+        except NotPlain:
+            return None
+
+
+def _rank_columns(annotations: Sequence[str | os.PathLike], output: str | os.PathLike,
+                  report: str | os.PathLike | None, keep_comparisons: bool) -> RankedColumns:
+    """:func:`rank_columns`; NotPlain for input it leaves to the general path."""
+    import numpy as np
+
+    from cheems.graph import conflict_report, resolve_comparisons
+    from cheems.io import atomic_open, outputs_together, write_json
+
+    seen: set[str] = set()
+    subsets: list[str | None] = []
+    counts: dict[str, list[np.ndarray]] = {k: [] for k in _COUNTS}
+    written: list[bytes] = []
+    for batch in columnar_batches(annotations, default_subsets=True, keep_rows=True,
+                                  keep_comparisons=keep_comparisons):
+        seen.update(batch.ids)
+        subsets += batch.subsets
+        if len(seen) != len(subsets):
+            raise NotPlain("a prompt id repeats: its rows are joined by merge_prompts")
+        if 0 in batch.counts:
+            raise NotPlain("a prompt without comparisons")
+        res = resolve_comparisons(*batch.arrays(), batch.response_ids)
+        written.append(b"".join(map(_dump_row, batch.ranked_rows(res.ranks))))
+        for k in _COUNTS:
+            counts[k].append(getattr(res, k))
+    if not subsets:
+        raise NotPlain("no rows")
+    stats = conflict_report(subsets, *(np.concatenate(counts[k]) for k in _COUNTS))
+    with outputs_together(output, report) as (ranked_tmp, report_tmp):  # both files or neither
+        with atomic_open(ranked_tmp) as f:
+            f.writelines(written)
+        if report_tmp is not None:
+            write_json(report_tmp, stats)
+    return RankedColumns(len(subsets), stats)
+
+
+# ----------------------------------------------------------------------------- stats
+
+@dataclass
+class StatsSums:
+    """The sums behind the paper's Table 1 statistics (:func:`cheems.metrics.dataset_stats`):
+    prompts, responses, preference pairs, and the characters of prompts, chosen and rejected
+    responses (one per pair). Sums of several files add up (``+``)."""
+
+    prompts: int = 0
+    responses: int = 0
+    comparisons: int = 0
+    prompt_chars: int = 0
+    chosen_chars: int = 0
+    rejected_chars: int = 0
+
+    def __add__(self, other: "StatsSums") -> "StatsSums":
+        return StatsSums(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def stats(self) -> dict:
+        """The statistics as :func:`cheems.metrics.dataset_stats` returns them (the same averages
+        of the same integer sums)."""
+        n, n_comp = self.prompts, self.comparisons
+        return {
+            "prompts": n,
+            "responses_per_prompt": self.responses / n if n else 0.0,
+            "comparisons": n_comp,
+            "prompt_chars": self.prompt_chars / n if n else 0.0,
+            "chosen_chars": self.chosen_chars / n_comp if n_comp else 0.0,
+            "rejected_chars": self.rejected_chars / n_comp if n_comp else 0.0,
+        }
+
+
+def columnar_stats(path: str | os.PathLike) -> StatsSums | None:
+    """The sums of :class:`StatsSums` over a file of columnar rows, as
+    :func:`cheems.metrics.dataset_stats` counts the prompts :func:`~cheems.formats.read.read_prompts`
+    reads from it: a ranked row gives every pair of different ranks, any other row its ``g``
+    and ``b`` comparisons (repeats included). None for any other file (the general path then
+    reads it). O(bytes + Σ n_p log n_p) for prompts of n_p responses."""
+    from cheems.io import gc_paused
+
+    total = StatsSums()
+    with gc_paused():
+        try:
+            for batch in columnar_batches([path], default_subsets=False, keep_rows=False):
+                total += _batch_sums(batch)
+        except NotPlain:
+            return None
+    return total if total.prompts else None
+
+
+def _batch_sums(batch: ColumnarBatch) -> StatsSums:
+    """:class:`StatsSums` of one batch, vectorised: the pairs of a ranked prompt are counted from
+    its responses sorted by rank, those of an unranked one from its comparisons."""
+    import numpy as np
+
+    offsets, a, b, lab, owner = batch.arrays()
+    chars = np.frombuffer(batch.content_chars, np.int64) if len(batch.content_chars) else np.zeros(0, np.int64)
+    ranked = np.array(batch.has_rank, bool)
+    judged = ~ranked[owner] & (lab != 2)  # g: a is chosen, b: b is chosen; ties give no pair
+    chosen = np.where(lab == 0, a, b)[judged]
+    rejected = np.where(lab == 0, b, a)[judged]
+    sums = StatsSums(len(batch), len(batch.response_ids), int(judged.sum()), sum(batch.prompt_chars),
+                     int(chars[chosen].sum()), int(chars[rejected].sum()))
+    if len(batch.rank_values):
+        node_owner = np.repeat(np.arange(len(batch)), np.diff(offsets))
+        in_ranked = ranked[node_owner]
+        worse, better = _rank_pair_counts(node_owner[in_ranked], np.frombuffer(batch.rank_values, np.int64))
+        ranked_chars = chars[in_ranked]
+        sums.comparisons += int(worse.sum())
+        sums.chosen_chars += int((ranked_chars * worse).sum())
+        sums.rejected_chars += int((ranked_chars * better).sum())
+    return sums
+
+
+def _rank_pair_counts(owner: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For every node, how many nodes of its prompt rank worse (a higher rank) and how many
+    better: its pairs as the chosen and as the rejected response. Nodes sorted by (prompt,
+    rank); runs of one prompt and of one (prompt, rank) bound the counts. O(V log V)."""
+    import numpy as np
+
+    order = np.lexsort((rank, owner))
+    o, r = owner[order], rank[order]
+    n = len(o)
+    new_prompt = np.r_[True, o[1:] != o[:-1]]
+    new_level = new_prompt | np.r_[True, r[1:] != r[:-1]]
+    prompt_start = np.flatnonzero(new_prompt)
+    level_start = np.flatnonzero(new_level)
+    prompt_end = np.r_[prompt_start[1:], n]
+    level_end = np.r_[level_start[1:], n]
+    p, lv = np.cumsum(new_prompt) - 1, np.cumsum(new_level) - 1  # each sorted node's prompt run and level run
+    worse, better = np.empty(n, np.int64), np.empty(n, np.int64)
+    worse[order] = prompt_end[p] - level_end[lv]
+    better[order] = level_start[lv] - prompt_start[p]
+    return worse, better
