@@ -142,11 +142,14 @@ def run_one(name: str, folder: Path, args, bodies: list[dict], extra: list[str],
     """Start the server with ``extra`` flags, warm it up, drive it, read /metrics; one result row."""
     import httpx
 
+    started = time.perf_counter()
     proc, url = start_server(folder, args.device, args.threads, log_dir / f"{name.replace(' ', '-')}.log", extra)
+    print(f"{name}: the server is ready after {time.perf_counter() - started:.1f} s", flush=True)
     try:
         with httpx.Client(timeout=300.0) as c:
             for body in bodies[:4]:  # warm-up: first forward passes, allocator, tokenizer caches
                 c.post(url + "/get_reward", json=body).raise_for_status()
+            print(f"{name}: warmed up after {time.perf_counter() - started:.1f} s", flush=True)
             before = metrics(c, url)
             latencies, wall, failed = drive(url, bodies[4:], args.clients, args.max_seconds)
             after = metrics(c, url)

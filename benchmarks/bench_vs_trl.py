@@ -308,6 +308,9 @@ def main() -> None:
                 continue
             results[name] = json.loads(Path(d, f"{name}.json").read_text(encoding="utf-8"))
             results[name]["process"] = time.perf_counter() - started
+            r = results[name]
+            print(f"{name}: one epoch in {r['seconds']:.2f} s ({r['process']:.1f} s with its process's start)",
+                  flush=True)
     print_table(results, args.device, device_name)
 
 

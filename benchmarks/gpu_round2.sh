@@ -31,15 +31,15 @@ print(", ".join(found))
 PY
 work=$(mktemp -d)
 model="$work/0.5b"
-STEP_LINES=6 step cuda-tests 50 $py -m pytest -q -x -p no:cacheprovider tests/test_packing_cuda.py -k "scores or autocast"
-step train-0.5b 90 $py benchmarks/bench_train.py --device cuda --shape qwen2.5-0.5b --prompts 400 --repeat-text 8 \
+STEP_LINES=6 step cuda-tests 45 $py -m pytest -q -x -p no:cacheprovider tests/test_packing_cuda.py -k "scores or autocast"
+step train-0.5b 80 $py benchmarks/bench_train.py --device cuda --shape qwen2.5-0.5b --prompts 300 --repeat-text 8 \
     --bf16 --micro-batch-size 256 --token-budget 16384 --modes packed "${liger[@]}" --model-dir "$model"
-STEP_LINES=10 step score-0.5b 80 $py benchmarks/bench_scoring.py --device cuda --shape qwen2.5-0.5b --prompts 1500 \
+STEP_LINES=10 step score-0.5b 70 $py benchmarks/bench_scoring.py --device cuda --shape qwen2.5-0.5b --prompts 1200 \
     --token-budget 32768 --batch-size 512 --modes packed,shared,transformers "${liger[@]}" --model-dir "$model"
-STEP_LINES=6 step serve-0.5b 70 $py benchmarks/bench_serve.py --device cuda --shape qwen2.5-0.5b --requests 1500 \
+STEP_LINES=6 step serve-0.5b 60 $py benchmarks/bench_serve.py --device cuda --shape qwen2.5-0.5b --requests 1200 \
     --model-dir "$model"
-STEP_LINES=6 step memory-0.5b 110 $py benchmarks/bench_memory.py --device cuda --shape qwen2.5-0.5b --bf16 --prompts 40 \
+STEP_LINES=6 step memory-0.5b 90 $py benchmarks/bench_memory.py --device cuda --shape qwen2.5-0.5b --bf16 --prompts 40 \
     "${liger[@]}" --model-dir "$model"
-STEP_LINES=12 step vs-trl-0.5b 130 $py benchmarks/bench_vs_trl.py --device cuda --shape qwen2.5-0.5b --bf16 --prompts 150 \
+STEP_LINES=12 step vs-trl-0.5b 110 $py benchmarks/bench_vs_trl.py --device cuda --shape qwen2.5-0.5b --bf16 --prompts 120 \
     --runs cheems,trl-tuned,trl-defaults --model-dir "$model"
 rm -rf "$work"
