@@ -24,6 +24,7 @@ from cheems.formats import NotPlain, read_prompts
 from cheems.formats.columnar import columnar_stats, rank_columns
 from cheems.metrics import dataset_stats
 from tests.conftest import run_cli_in, write_jsonl_rows
+from tests.test_rank_fast import write_files as write_part_files
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=10)  # unicode, no lone surrogates
 WORDS = st.sampled_from(["问题", "回答", "x", " y ", "😀", "\\\"q\"", "\u00e9", "tab\there"])
@@ -151,15 +152,7 @@ def annotation_files(draw, bad: bool = False):
 
 
 def write_files(files, tmp: Path) -> list[Path]:
-    paths = []
-    for k, (rows, ascii_only, ext) in enumerate(files):
-        path = tmp / f"part{k}.{ext}"
-        if ext == "json":
-            path.write_text(json.dumps(rows, ensure_ascii=ascii_only, indent=1), encoding="utf-8")
-        else:
-            path.write_text("".join(json.dumps(r, ensure_ascii=ascii_only) + "\n" for r in rows), encoding="utf-8")
-        paths.append(path)
-    return paths
+    return write_part_files(files, tmp, line_end="\n")
 
 
 def _object_path_only(*args, **kwargs):

@@ -14,7 +14,7 @@ from cheems.records import CheemsInputError
 from cheems.settings import check_settings
 from cheems.training.config import TrainConfig
 from tests.conftest import run_cli_in
-from tests.tiny_models import copy_checkpoint
+from tests.test_train_cli import workdir  # noqa: F401  (the ranked sample and a tiny model in a folder)
 
 torch = pytest.importorskip("torch")
 
@@ -97,14 +97,6 @@ def test_token_budget_takes_a_number_or_auto(tmp_path):
         check_settings(c)
     (tmp_path / "t.yaml").write_text("model: m\ntrain: t.jsonl\noutput: o\ntoken_budget: '4096'\n", encoding="utf-8")
     assert TrainConfig.from_yaml(tmp_path / "t.yaml").token_budget == 4096
-
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory, sample_annotations, cli_tiny_model):
-    d = tmp_path_factory.mktemp("oom")
-    assert run_cli_in(d, "rank", sample_annotations / "open.jsonl", "-o", "bench.jsonl").returncode == 0
-    copy_checkpoint(cli_tiny_model, d / "tiny")
-    return d
 
 
 def test_training_out_of_memory_is_one_line(workdir, monkeypatch):

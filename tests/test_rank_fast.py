@@ -84,14 +84,16 @@ def plain_files(draw):
     return files
 
 
-def write_files(files, tmp: Path) -> list[Path]:
+def write_files(files, tmp: Path, line_end: str = "\n\n") -> list[Path]:
+    """Each (rows, ascii only, extension) of ``files`` as tmp/partK.EXT: a JSON list, or JSONL
+    rows each ended by ``line_end`` (a blank line between rows by default)."""
     paths = []
     for k, (rows, ascii_only, ext) in enumerate(files):
         path = tmp / f"part{k}.{ext}"
         if ext == "json":
             path.write_text(json.dumps(rows, ensure_ascii=ascii_only, indent=1), encoding="utf-8")
         else:
-            path.write_text("".join(json.dumps(r, ensure_ascii=ascii_only) + "\n\n" for r in rows), encoding="utf-8")
+            path.write_text("".join(json.dumps(r, ensure_ascii=ascii_only) + line_end for r in rows), encoding="utf-8")
         paths.append(path)
     return paths
 
