@@ -21,8 +21,8 @@ from tests.tiny_models import require_models_extra
 require_models_extra()
 import torch  # noqa: E402
 
-from cheems.models.packing import (common_prefix, pack_sequences, packed_attention, packed_cost,  # noqa: E402
-                                   use_packed_attention)
+from cheems.models.packing import (_segment_lengths, common_prefix, pack_sequences, packed_attention,  # noqa: E402
+                                   packed_cost, use_packed_attention)
 from cheems.models.sequences import plan_batches  # noqa: E402
 from cheems.records import CheemsInputError  # noqa: E402
 from cheems.scoring.transformers_rm import load_reward_model, score_items  # noqa: E402
@@ -150,14 +150,43 @@ def test_packed_attention_equals_the_dense_masked_reference(backend, grad, case,
     check_against_the_reference(case, heads, seed, grad, backend)
 
 
-def check_against_the_reference(case, heads, seed: int, grad: bool, backend: str) -> None:
+@given(case=sequences_and_groups(), heads=st.sampled_from([(4, 4), (4, 2)]), seed=st.integers(0, 99))
+@settings(max_examples=25, deadline=None)
+def test_segments_attention_takes_the_models_token_major_layout(case, heads, seed):
+    """Queries, keys and values as a transformers model passes them, (1, T, heads, D) tensors
+    seen as (1, heads, T, D), with gradients: the same outputs and gradients as the reference."""
+    check_against_the_reference(case, heads, seed, True, "segments", token_major=True)
+
+
+@given(sequences_and_groups())
+def test_the_segments_tile_the_row_in_order(case):
+    seqs, groups = case
+    batch = pack_sequences(seqs, "cpu", groups=groups)
+    want, at = [], 0
+    for g in batch.groups:  # each group's prefix, then its members, end to end from the row's start
+        assert g.start == at
+        if g.prefix:
+            want.append(g.prefix)
+        at = g.start + g.prefix
+        for start, n in g.members:
+            assert start == at
+            want.append(n)
+            at += n
+    assert _segment_lengths(batch) == want and at == batch.row_tokens
+
+
+def check_against_the_reference(case, heads, seed: int, grad: bool, backend: str, token_major: bool = False) -> None:
     """``packed_attention`` on random queries, keys and values for the layout ``case``, against
-    `dense_reference`: outputs and (with ``grad``) the gradients of a random projection."""
+    `dense_reference`: outputs and (with ``grad``) the gradients of a random projection.
+    ``token_major``: the inputs are (1, T, heads, D) tensors transposed, as a model passes them."""
     seqs, groups = case
     batch = pack_sequences(seqs, "cpu", groups=groups, backend=backend)
     t, (h, kv), d = batch.row_tokens, heads, 8
     g = torch.Generator().manual_seed(seed)
-    q, k, v = (torch.randn(1, n, t, d, generator=g).requires_grad_(grad) for n in (h, kv, kv))
+    if token_major:
+        q, k, v = (torch.randn(1, t, n, d, generator=g).transpose(1, 2).requires_grad_(grad) for n in (h, kv, kv))
+    else:
+        q, k, v = (torch.randn(1, n, t, d, generator=g).requires_grad_(grad) for n in (h, kv, kv))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # flex attention's note that it runs uncompiled on CPU
         out, _ = packed_attention(None, q, k, v, None, scaling=d ** -0.5, cheems_packing=batch)

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cheems.models.checkpoints import require_torch, unwrap_peft
-from cheems.models.sequences import apply_head
+from cheems.models.sequences import apply_head, device_tensor
 from cheems.records import CheemsInputError
 
 __all__ = ["ATTENTION_NAME", "BACKENDS", "Group", "PackedBatch", "common_prefix", "pack_sequences",
@@ -104,7 +104,7 @@ def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Se
     """One row holding ``seqs`` (see the module docs). ``groups`` lists indices into ``seqs``
     whose common prefix is laid down once (every index in exactly one group); without it each
     sequence stands alone. O(T)."""
-    torch = require_torch()
+    require_torch()
     if backend not in BACKENDS:
         raise CheemsInputError(f"packed attention backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     if not seqs or any(len(s) == 0 for s in seqs):
@@ -128,10 +128,8 @@ def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Se
             pos.extend(range(p, p + len(own)))
             last[i] = len(ids) - 1
         layout.append(Group(start, p, tuple(spans)))
-    return PackedBatch(torch.tensor([ids], dtype=torch.long, device=device),
-                       torch.tensor([pos], dtype=torch.long, device=device),
-                       torch.tensor(last, dtype=torch.long, device=device), layout, backend,
-                       real_tokens=sum(len(s) for s in seqs), row_tokens=len(ids))
+    return PackedBatch(device_tensor([ids], device), device_tensor([pos], device), device_tensor(last, device),
+                       layout, backend, real_tokens=sum(len(s) for s in seqs), row_tokens=len(ids))
 
 
 def rewards_at(hidden, batch: PackedBatch, head):
@@ -158,41 +156,58 @@ def packed_backend(device) -> str:
 
 # ---------------------------------------------------------------------------- attention
 
+def _segment_lengths(batch: PackedBatch) -> list[int]:
+    """Lengths of the row's segments in row order: each group's prefix (when it has one), then
+    its members' own tokens. They tile the row (`pack_sequences` lays them end to end)."""
+    lengths = batch.cache.get("segments")
+    if lengths is None:
+        lengths = batch.cache["segments"] = [n for g in batch.groups
+                                             for n in ([g.prefix] if g.prefix else []) + [m for _, m in g.members]]
+    return lengths
+
+
 def _segments_attention(query, key, value, batch: PackedBatch, scaling, dropout: float):
     """SDPA per block: a prefix attends causally to itself; a member's tokens attend to their
-    group's prefix and causally to their own earlier tokens. (1, H, T, D) in, (1, T, H, D) out."""
+    group's prefix and causally to their own earlier tokens. (1, H, T, D) in, (1, T, H, D) out.
+
+    The row is cut into its segments with one ``split`` per tensor, so the backward joins the
+    segments' gradients with one concatenation; slicing each segment out of the row instead
+    gives every slice's backward a zero tensor of the whole row (quadratic in segments)."""
     torch = require_torch()
     import torch.nn.functional as F
 
     gqa = query.shape[1] != key.shape[1]
     cascade = _cpu_cascade_op(query)
+    lengths = _segment_lengths(batch)
+    qs, ks, vs = (iter(t.split(lengths, dim=2)) for t in (query, key, value))
     pieces = []
 
-    def attend(q0, q1, keys, values, mask=None):
-        out = F.scaled_dot_product_attention(query[:, :, q0:q1], keys, values, attn_mask=mask,
-                                             is_causal=mask is None, dropout_p=dropout, scale=scaling,
-                                             enable_gqa=gqa)
-        pieces.append(out)
+    def attend(q, keys, values, mask=None):
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, is_causal=mask is None,
+                                             dropout_p=dropout, scale=scaling, enable_gqa=gqa)
+        pieces.append(out.transpose(1, 2))  # (1, n, H, D): the concatenation below is the only copy
 
     for g in batch.groups:
-        s, p = g.start, g.prefix
-        if p:
-            attend(s, s + p, key[:, :, s:s + p], value[:, :, s:s + p])
-        if p and cascade is not None:
-            pieces.append(_cascade_members(cascade, query, key, value, g, scaling))
+        p = g.prefix
+        if not p:
+            for _ in g.members:
+                attend(next(qs), next(ks), next(vs))
             continue
-        for a, n in g.members:
-            if not p:
-                attend(a, a + n, key[:, :, a:a + n], value[:, :, a:a + n])
-                continue
+        qp, kp, vp = next(qs), next(ks), next(vs)
+        attend(qp, kp, vp)
+        if cascade is not None:
+            members = [(next(qs), next(ks), next(vs)) for _ in g.members]
+            pieces.append(_cascade_members(cascade, qp, kp, vp, members, scaling).transpose(1, 2))
+            continue
+        for _, n in g.members:
             masks = batch.cache.setdefault("masks", {})
             mask = masks.get((p, n))
             if mask is None:  # the prefix, then a causal triangle of the member's own tokens
                 own = torch.ones(n, n, dtype=torch.bool, device=query.device).tril()
                 mask = masks[(p, n)] = torch.cat([torch.ones(n, p, dtype=torch.bool, device=query.device), own], 1)
-            attend(a, a + n, torch.cat([key[:, :, s:s + p], key[:, :, a:a + n]], 2),
-                   torch.cat([value[:, :, s:s + p], value[:, :, a:a + n]], 2), mask)
-    return torch.cat(pieces, dim=2).transpose(1, 2).contiguous()
+            q, k, v = next(qs), next(ks), next(vs)
+            attend(q, torch.cat([kp, k], 2), torch.cat([vp, v], 2), mask)
+    return torch.cat(pieces, dim=1)
 
 
 def _cpu_cascade_op(query):
@@ -205,25 +220,27 @@ def _cpu_cascade_op(query):
     return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def _cascade_members(op, query, key, value, g: Group, scaling):
+def _cascade_members(op, qp, kp, vp, members, scaling):
     """A group's member tokens attending to the prefix and causally to themselves, as a cascade:
-    every member query against the prefix keys in one call, each member against its own keys
-    (causal), the two softmaxes merged by their log-sum-exps. (1, H, sum of lengths, D)."""
+    every member query against the prefix keys ``kp``, ``vp`` in one call, each member against
+    its own keys (causal), the two softmaxes merged by their log-sum-exps. ``members`` holds
+    each member's (query, key, value) segment; ``qp`` the prefix's queries (for the shape
+    only). (1, H, sum of lengths, D)."""
     import torch
 
-    s, p = g.start, g.prefix
-    first, end = g.members[0][0], g.members[-1][0] + g.members[-1][1]
-    rep = query.shape[1] // key.shape[1]
-    kv = [t.repeat_interleave(rep, 1) if rep > 1 else t for t in (key, value)]
-    to_prefix, lse_prefix = op(query[:, :, first:end], kv[0][:, :, s:s + p], kv[1][:, :, s:s + p], 0.0, False,
-                               scale=scaling)
-    merged = []
-    for a, n in g.members:
-        own, lse_own = op(query[:, :, a:a + n], kv[0][:, :, a:a + n], kv[1][:, :, a:a + n], 0.0, True, scale=scaling)
-        o1, l1 = to_prefix[:, :, a - first:a - first + n], lse_prefix[:, :, a - first:a - first + n]
+    rep = qp.shape[1] // kp.shape[1]
+    widen = (lambda t: t.repeat_interleave(rep, 1)) if rep > 1 else (lambda t: t)  # noqa: E731
+    queries = torch.cat([q for q, _, _ in members], dim=2)
+    to_prefix, lse_prefix = op(queries, widen(kp), widen(vp), 0.0, False, scale=scaling)
+    merged, at = [], 0
+    for q, k, v in members:
+        n = q.shape[2]
+        own, lse_own = op(q, widen(k), widen(v), 0.0, True, scale=scaling)
+        o1, l1 = to_prefix[:, :, at:at + n], lse_prefix[:, :, at:at + n]
         top = torch.maximum(l1, lse_own)
         w1, w2 = (l1 - top).exp().unsqueeze(-1), (lse_own - top).exp().unsqueeze(-1)
         merged.append((o1 * w1 + own * w2) / (w1 + w2))
+        at += n
     return torch.cat(merged, dim=2)
 
 
@@ -251,9 +268,9 @@ def _varlen_layout(batch: PackedBatch, device):
                 gather.extend(range(a, a + n))
 
     def cumulative(lens):
-        return torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device)
+        return device_tensor([0, *itertools.accumulate(lens)], device, torch.int32)
 
-    index = torch.tensor(gather, dtype=torch.long, device=device) if shared else None
+    index = device_tensor(gather, device) if shared else None
     cached = batch.cache["varlen"] = (cumulative(q_lens), cumulative(k_lens), max(q_lens), max(k_lens), index)
     return cached
 
@@ -363,7 +380,7 @@ def _token_labels(batch: PackedBatch, device):
             segment += [seg] * n
             prefix += [False] * n
             seg += 1
-    as_tensor = lambda xs, dt: torch.tensor(xs, dtype=dt, device=device)  # noqa: E731
+    as_tensor = lambda xs, dt: device_tensor(xs, device, dt)  # noqa: E731
     return as_tensor(block, torch.int32), as_tensor(segment, torch.int32), as_tensor(prefix, torch.bool)
 
 
