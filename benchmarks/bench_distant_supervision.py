@@ -3,7 +3,7 @@ cheems (all prompts at once, numpy + scipy) vs a per-prompt networkx implementat
 same rule.
 
 Usage: python benchmarks/bench_distant_supervision.py [--prompts 27861] [--repeat 3]
-           [--one-order] [--scope cycles|all] [--margin 0.0] [--plain-prompts N]
+           [--one-order] [--scope cycles|all] [--margin 0.0] [--plain-prompts N] [--cli]
 
 The data: each response has a hidden quality; the judge labels every pair (in both orders
 unless --one-order) from the quality difference plus noise, calling close pairs a tie, which
@@ -18,13 +18,22 @@ the `Prompt` objects into arrays (`cheems.graph.comparison_arrays`: every compar
 and label and every response id read once) and copying the prompts (one new `Prompt` per
 prompt, its comparisons re-listed), the least that returning filtered copies costs. The
 networkx time over their sum is the speed-up reachable were the algorithm itself free.
+
+With --cli it measures the command end to end instead: the data are written to a judged JSONL
+file and a SCORES file, then each of these runs as a new process, best of --repeat, output to
+a JSONL file: `cheems curate resolve judged.jsonl --scores scores.jsonl` as a user runs it (rows
+read straight into arrays, the columnar path), the same command with the columnar path switched
+off (Prompt objects, the reference), and PLAIN_SCRIPT, a plain json + networkx script doing the
+same. All three must write the same bytes.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -161,6 +170,113 @@ def best_time(fn, repeat: int) -> float:
     return min(times)
 
 
+PLAIN_SCRIPT = r"""
+# Distant supervision of a judged JSONL file with a scores file, plain: json and networkx, one
+# prompt at a time. Usage: python plain.py JUDGED SCORES OUT SCOPE MARGIN
+import json, sys
+import networkx as nx
+
+judged, scores_path, out, scope, margin = sys.argv[1:4] + [sys.argv[4], float(sys.argv[5])]
+scores = {}
+with open(scores_path, encoding="utf-8") as f:
+    for line in f:
+        row = json.loads(line)
+        scores[(row["prompt_id"], row["response_id"])] = float(row["score"])
+
+def gap(c, s):  # the RM's score of the chosen response minus the rejected one; for a tie, a minus b
+    return s[c["b"]] - s[c["a"]] if c["label"] == "b" else s[c["a"]] - s[c["b"]]
+
+def reasons(row):  # why each comparison is dropped, None: kept
+    s = {r["id"]: scores[(row["id"], r["id"])] for r in row["responses"]}
+    comps = row.get("comparisons", [])
+    why = [None] * len(comps)
+    if scope == "all":
+        for k, c in enumerate(comps):
+            if (abs(gap(c, s)) if c["label"] == "s" else -gap(c, s)) > margin:
+                why[k] = "rm_contradicts_margin"
+    g = nx.DiGraph()
+    g.add_nodes_from(s)
+    for c, w in zip(comps, why):
+        if w is None:
+            better, worse = (c["b"], c["a"]) if c["label"] == "b" else (c["a"], c["b"])
+            g.add_edge(better, worse)
+            if c["label"] == "s":
+                g.add_edge(worse, better)
+    component = {rid: k for k, members in enumerate(nx.strongly_connected_components(g)) for rid in members}
+    conflicting = {component[c["a"]] for c, w in zip(comps, why)
+                   if w is None and c["label"] != "s" and component[c["a"]] == component[c["b"]]}
+    for k, c in enumerate(comps):
+        if why[k] is None and component[c["a"]] == component[c["b"]] and component[c["a"]] in conflicting:
+            if c["label"] != "s" and not gap(c, s) > 0:
+                why[k] = "rm_disagrees_in_cycle"
+            elif c["label"] == "s" and gap(c, s) != 0:
+                why[k] = "tie_in_cycle"
+    return why
+
+with open(judged, encoding="utf-8") as f, open(out, "w", encoding="utf-8") as w:
+    for line in f:
+        row = json.loads(line)
+        comps = row.get("comparisons", [])
+        why = reasons(row)
+        dropped = [{**c, "dropped": r} for c, r in zip(comps, why) if r is not None]
+        if dropped:
+            row["comparisons"] = [c for c, r in zip(comps, why) if r is None]
+            if not row["comparisons"]:
+                del row["comparisons"]
+            row["dropped_comparisons"] = row.get("dropped_comparisons", []) + dropped
+        w.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+"""
+
+OBJECT_PATH = ("import sys\n"
+               "import cheems.curation.stages as stages\n"
+               "stages._resolve_columns = lambda *a, **k: None  # the columnar path off: Prompt objects\n"
+               "from cheems.cli import main\n"
+               "sys.argv[0] = 'cheems'\n"
+               "main()\n")
+
+
+def time_cli(prompts: list[Prompt], scores: dict, scope: str, margin: float, repeat: int) -> None:
+    """Time `cheems curate resolve --scores` end to end, each run a new process, against the
+    same command on the object path and against PLAIN_SCRIPT; print the times and ratios and
+    check that the three outputs hold the same bytes."""
+    from cheems.formats import score_rows
+    from cheems.io import write_jsonl
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        judged, scored, plain = tmp / "judged.jsonl", tmp / "scores.jsonl", tmp / "plain.py"
+        write_jsonl(judged, (p.to_dict() for p in prompts))
+        write_jsonl(scored, score_rows(scores))
+        plain.write_text(PLAIN_SCRIPT, encoding="utf-8")
+        flags = ["--scope", scope, "--margin", str(margin)]
+        runs = {
+            "cheems curate resolve (columnar)": [str(Path(sys.executable).with_name("cheems")), "curate", "resolve",
+                                                 str(judged), "--scores", str(scored), *flags, "-o"],
+            "cheems curate resolve, object path": [sys.executable, "-c", OBJECT_PATH, "curate", "resolve", str(judged),
+                                                   "--scores", str(scored), *flags, "-o"],
+            "plain json + networkx script": [sys.executable, str(plain), str(judged), str(scored)],
+        }
+        best, outputs = {}, {}
+        for name, command in runs.items():
+            out = tmp / f"out{len(best)}.jsonl"
+            command = command + ([str(out)] if command[-1] == "-o" else [str(out), scope, str(margin)])
+            times = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                subprocess.run(command, check=True, capture_output=True)
+                times.append(time.perf_counter() - t)
+            best[name], outputs[name] = min(times), out.read_bytes()
+        print(f"end to end, a new process each run, best of {repeat} ({len(prompts):,} rows, "
+              f"{judged.stat().st_size / 1e6:.1f} MB judged, {scored.stat().st_size / 1e6:.1f} MB scores):")
+        ours = best["cheems curate resolve (columnar)"]
+        for name, seconds in best.items():
+            print(f"  {name}: {seconds:.2f} s ({seconds / ours:.2f}x the columnar command)")
+        same = len(set(outputs.values())) == 1
+        print(f"the three outputs hold the same bytes: {same}")
+        if not same:
+            sys.exit("the outputs differ")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--prompts", type=int, default=27_861)
@@ -173,9 +289,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-stage", action="store_true",
                     help="skip timing `cheems curate resolve --scores` end to end (files in and out)")
+    ap.add_argument("--cli", action="store_true",
+                    help="only time the command end to end (new processes) against its object path and a plain "
+                         "json + networkx script")
     args = ap.parse_args()
 
     prompts, scores = synthetic_judged(args.prompts, seed=args.seed, both_orders=not args.one_order)
+    if args.cli:
+        time_cli(prompts, scores, args.scope, args.margin, args.repeat)
+        return
     n_resp = sum(len(p.responses) for p in prompts)
     n_comp = sum(len(p.comparisons) for p in prompts)
     print(f"data: {len(prompts):,} prompts, {n_resp:,} responses, {n_comp:,} comparisons "

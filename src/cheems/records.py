@@ -147,8 +147,13 @@ def is_integer(v: Any) -> bool:
 
 
 def is_number(v: Any) -> bool:
-    """A finite int or float that is not a bool."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite int or float that is not a bool (an int too large for a float is not finite)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # math.isfinite(10**400)
+        return False
 
 
 def response_id(content: str) -> str:

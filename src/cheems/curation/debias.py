@@ -9,6 +9,11 @@ length of a response says nothing about whether it was chosen.
 
 Length is :func:`cheems.curation.filters.text_length`: characters as a Chinese reader counts
 them (its non-whitespace characters).
+
+:func:`length_debias` works on prompts; :func:`length_kinds`, :func:`debias_arrays`,
+:func:`ranked_comparison_rows` and :func:`debiased_rows` are its steps on arrays and on rows'
+comparison dicts, for callers that read rows straight into arrays (``cheems curate debias``,
+no Prompt made), with the same results.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import numpy as np
 
 from cheems.curation.filters import text_length
 from cheems.io import gc_paused
-from cheems.records import CheemsInputError, Prompt, check_comparisons, check_rank, rank_comparisons
+from cheems.records import CheemsInputError, Comparison, Prompt, check_comparisons, check_rank, rank_comparisons
 from cheems.settings import is_integer
 
-__all__ = ["DROPPED_KEY", "KINDS", "SET_ASIDE_KEY", "length_debias"]
+__all__ = ["DROPPED_KEY", "KINDS", "LABEL_SIGN", "SET_ASIDE_KEY", "check_debias_settings", "debias_arrays",
+           "debiased_rows", "length_debias", "length_kinds", "ranked_comparison_rows"]
 
 KINDS = ("chosen_longer", "chosen_shorter", "similar", "ties")
 """How a comparison relates to length: the chosen response is longer (by more than the
@@ -76,21 +82,53 @@ def length_debias(prompts: list[Prompt], *, seed: int, tolerance: int = 0) -> tu
     with k ranked responses: the output holds every one of them as a comparison. The kinds
     and the draw are array operations; the rest is one pass over the comparisons.
     """
+    check_debias_settings(seed, tolerance)
+    with gc_paused():  # a ranking of k responses becomes k (k - 1) / 2 small objects, no cycles
+        staged, kind, starts, ranked = _classify(prompts, tolerance)
+        drop, report = debias_arrays(kind, starts, [q.main_category for q in staged], seed=seed,
+                                     tolerance=tolerance, ranked=ranked)
+        out = _drop(staged, drop)
+    return out, report
+
+
+def check_debias_settings(seed: int, tolerance: int) -> None:
+    """CheemsInputError for a ``seed`` or ``tolerance`` that is not a non-negative integer."""
     if not is_integer(seed) or seed < 0:
         raise CheemsInputError(f"seed must be a non-negative integer, got {seed!r}", field="seed")
     if not is_integer(tolerance) or tolerance < 0:
         raise CheemsInputError(f"tolerance must be a non-negative integer, got {tolerance!r}",
                                field="tolerance")
-    with gc_paused():  # a ranking of k responses becomes k (k - 1) / 2 small objects, no cycles
-        staged, kind, starts, ranked = _classify(prompts, tolerance)
-        cut, drop = _draw(_where(kind, starts), seed)
-        out, dropped, without_pairs = _drop(staged, drop)
-        before = _count_kinds(staged, kind, starts)
-    report = _report(before, dropped, cut, tolerance=tolerance, seed=seed)
-    report["prompts"] = len(out)
+
+
+def length_kinds(len_a: np.ndarray, len_b: np.ndarray, sign: np.ndarray, tolerance: int) -> np.ndarray:
+    """The kind of every comparison (an index into `KINDS`) from the lengths of its ``a`` and
+    ``b`` responses and ``sign``: 1 when ``a`` is chosen, -1 when ``b`` is, 0 for a tie."""
+    s = np.asarray(sign, np.int64)
+    d = s * (np.asarray(len_a, np.int64) - np.asarray(len_b, np.int64))
+    longer, shorter, similar, ties = range(len(KINDS))
+    return np.where(s == 0, ties, np.where(d > tolerance, longer, np.where(d < -tolerance, shorter, similar)))
+
+
+def debias_arrays(kind: np.ndarray, starts: np.ndarray, categories: list[str], *, seed: int, tolerance: int,
+                  ranked: int) -> tuple[dict[int, set[int]], dict]:
+    """The draw of :func:`length_debias` and its report, from the kind of every comparison
+    (:func:`length_kinds`, prompts in input order), where each prompt's comparisons start
+    among them (one more than there are prompts), each prompt's main category and how many
+    prompts were converted from a ranking. Returns the comparisons to drop, ``{prompt:
+    {comparison, ...}}``, and the report. O(comparisons)."""
+    n = len(categories)
+    owner = np.repeat(np.arange(n), np.diff(starts))
+    pairs = np.bincount(owner[kind != KINDS.index("ties")], minlength=n)  # strict pairs per prompt
+    cut, drop = _draw(_where(kind, starts), seed)
+    dropped: Counter = Counter()
+    for i, gone in drop.items():
+        dropped[categories[i]] += len(gone)
+        pairs[i] -= len(gone)
+    report = _report(_count_kinds(categories, kind, starts), dropped, cut, tolerance=tolerance, seed=seed)
+    report["prompts"] = n
     report["ranked_prompts"] = ranked
-    report["prompts_without_pairs"] = without_pairs
-    return out, report
+    report["prompts_without_pairs"] = int((pairs == 0).sum())
+    return drop, report
 
 
 def _classify(prompts: list[Prompt], tolerance: int) -> tuple[list[Prompt], np.ndarray, np.ndarray, int]:
@@ -119,17 +157,14 @@ def _classify(prompts: list[Prompt], tolerance: int) -> tuple[list[Prompt], np.n
         lengths = {r.id: text_length(r.content) for r in q.responses}
         a.extend([lengths[c.a] for c in q.comparisons])
         b.extend([lengths[c.b] for c in q.comparisons])
-        sign.extend([_SIGN[c.label] for c in q.comparisons])
+        sign.extend([LABEL_SIGN[c.label] for c in q.comparisons])
         staged.append(q)
         starts.append(len(a))
-    s = np.array(sign, np.int64)
-    d = s * (np.array(a, np.int64) - np.array(b, np.int64))
-    longer, shorter, similar, ties = range(len(KINDS))
-    kind = np.where(s == 0, ties, np.where(d > tolerance, longer, np.where(d < -tolerance, shorter, similar)))
-    return staged, kind, np.array(starts), ranked
+    return staged, length_kinds(a, b, sign, tolerance), np.array(starts), ranked
 
 
-_SIGN = {"g": 1, "b": -1, "s": 0}
+LABEL_SIGN = {"g": 1, "b": -1, "s": 0}
+"""Chosen minus rejected length is ``LABEL_SIGN[label] * (len(a) - len(b))``; 0: a tie."""
 
 
 def _where(kind: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
@@ -143,9 +178,8 @@ def _where(kind: np.ndarray, starts: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def _count_kinds(staged: list[Prompt], kind: np.ndarray, starts: np.ndarray) -> dict[str, Counter]:
+def _count_kinds(cats: list[str], kind: np.ndarray, starts: np.ndarray) -> dict[str, Counter]:
     """The kinds counted per main category (every category present, even without comparisons)."""
-    cats = [q.main_category for q in staged]
     index = {c: i for i, c in enumerate(dict.fromkeys(cats))}
     of = np.repeat(np.array([index[c] for c in cats], np.int64), np.diff(starts))
     table = np.bincount(of * len(KINDS) + kind, minlength=len(index) * len(KINDS)).reshape(-1, len(KINDS))
@@ -166,16 +200,12 @@ def _draw(where: dict[str, np.ndarray], seed: int) -> tuple[str | None, dict[int
     return cut, drop
 
 
-def _drop(staged: list[Prompt], drop: dict[int, set[int]]) -> tuple[list[Prompt], Counter, int]:
-    """The prompts without the drawn comparisons (each recorded under DROPPED_KEY), the drops
-    per main category, and the prompts left without a strict pair."""
+def _drop(staged: list[Prompt], drop: dict[int, set[int]]) -> list[Prompt]:
+    """The prompts without the drawn comparisons (each recorded under DROPPED_KEY)."""
     out: list[Prompt] = []
-    dropped: Counter = Counter()
-    without_pairs = 0
     for i, q in enumerate(staged):
         gone = drop.get(i)
         if gone:
-            dropped[q.main_category] += len(gone)
             kept = [c for j, c in enumerate(q.comparisons) if j not in gone]
             record = []
             for j in sorted(gone):
@@ -185,10 +215,39 @@ def _drop(staged: list[Prompt], drop: dict[int, set[int]]) -> tuple[list[Prompt]
             extra = dict(q.extra)
             extra[DROPPED_KEY] = _existing_list(q, DROPPED_KEY) + record
             q = replace(q, comparisons=kept, extra=extra)
-        if not any(c.label != "s" for c in q.comparisons):
-            without_pairs += 1
         out.append(q)
-    return out, dropped, without_pairs
+    return out
+
+
+def ranked_comparison_rows(pid: str, rank: dict[str, int], comparisons: list[dict],
+                           extra: dict | None) -> tuple[list[dict], dict | None]:
+    """A ranked row as :func:`length_debias` converts it: its ranking's pairs as comparison
+    dicts (``Comparison.to_dict``) and its extra keys (None: none), its own comparisons (dicts
+    as ``to_dict`` writes them) appended to ``comparisons_before_rank``. The same error as
+    :func:`length_debias` for such a key that is not a list."""
+    if comparisons:
+        extra = dict(extra or {})
+        extra[SET_ASIDE_KEY] = _existing_value(pid, extra, SET_ASIDE_KEY) + comparisons
+    return list(map(Comparison.to_dict, rank_comparisons(rank))), extra
+
+
+def debiased_rows(ids: list[str], comparisons: list[list[dict]], extras: list[dict | None],
+                  drop: dict[int, set[int]]) -> tuple[list[list[dict]], list[dict | None]]:
+    """Per row, its comparison dicts and extra keys (None: none) as :func:`length_debias`
+    leaves them once ``drop`` (:func:`debias_arrays`) is drawn: each dropped comparison moved
+    to ``dropped_comparisons`` with ``"dropped": "length_debias"``. The inputs are not
+    modified; the same error as :func:`length_debias` for a ``dropped_comparisons`` that is
+    not a list. O(rows + dropped comparisons)."""
+    for i, pid in enumerate(ids):
+        _existing_value(pid, extras[i] or {}, DROPPED_KEY)  # checked on every row, as length_debias does
+    comparisons, extras = list(comparisons), list(extras)
+    for i, gone in drop.items():
+        comps, extra = comparisons[i], dict(extras[i] or {})
+        comparisons[i] = [c for j, c in enumerate(comps) if j not in gone]
+        extra[DROPPED_KEY] = _existing_value(ids[i], extra, DROPPED_KEY) + \
+            [{**comps[j], "dropped": "length_debias"} for j in sorted(gone)]
+        extras[i] = extra
+    return comparisons, extras
 
 
 def _as_comparisons(p: Prompt) -> Prompt:
@@ -203,9 +262,14 @@ def _as_comparisons(p: Prompt) -> Prompt:
 
 
 def _existing_list(p: Prompt, key: str) -> list:
-    old = p.extra.get(key, [])
+    return _existing_value(p.id, p.extra, key)
+
+
+def _existing_value(pid: str, extra: dict, key: str) -> list:
+    """A copy of the list under ``key`` of a prompt's extra keys ([] without one)."""
+    old = extra.get(key, [])
     if not isinstance(old, list):
-        raise CheemsInputError(f"prompt {p.id!r}: {key} must be a list, got {type(old).__name__}",
+        raise CheemsInputError(f"prompt {pid!r}: {key} must be a list, got {type(old).__name__}",
                                field=key)
     return list(old)
 

@@ -43,7 +43,9 @@ Everything runs on flat arrays for all prompts at once (`cheems.graph.comparison
 SCCs from `cheems.graph.strong_components` on the block-diagonal graph of all prompts, as
 `cheems.graph.resolve_arrays` finds them): O(V + E) per SCC pass, two passes (three with
 ``scope="all"``) counting the check of the result; only building the output prompts
-loops over Python objects, once per prompt.
+loops over Python objects, once per prompt. :func:`supervise_arrays` is the rule on those
+arrays alone, and :func:`filtered_comparison_rows` its output as rows' comparison dicts, for
+callers that read rows straight into arrays (``cheems curate resolve``, no Prompt made).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ from cheems.io import gc_paused
 from cheems.graph import comparison_arrays, strong_components
 from cheems.records import CheemsInputError, Comparison, Prompt, check_comparisons
 
-__all__ = ["REASONS", "SCOPES", "DistantSupervision", "distant_supervision"]
+__all__ = ["REASONS", "SCOPES", "DistantSupervision", "check_scope", "distant_supervision", "filtered_comparison_rows",
+           "supervise_arrays", "supervision_report"]
 
 SCOPES = ("cycles", "all")
 
@@ -106,45 +109,53 @@ class DistantSupervision:
         ``judge_rm_agreement``: the share of the judge's strict comparisons (before any
         filtering) whose order the RM's scores reproduce, None when there are none.
         """
-        names = sorted(set(self.categories))
-        code = {name: k for k, name in enumerate(names)}
-        prompt_cat = np.fromiter(map(code.__getitem__, self.categories), np.int64, len(self.categories))
-        comp_cat = prompt_cat[self.owner]
-        n_cat = len(names)
-        n_prompts = len(self.prompts)
-        by_reason = np.zeros((n_cat, len(REASONS) + 1), np.int64)
-        np.add.at(by_reason, (comp_cat, self.reason), 1)
-        strict = np.bincount(comp_cat[self.strict], minlength=n_cat)
-        agree = np.bincount(comp_cat[self.strict & self.rm_agrees], minlength=n_cat)
-        changed = np.bincount(self.owner[self.reason != _KEPT], minlength=n_prompts) > 0
-        per_prompt = np.stack([np.ones(n_prompts, np.int64), self.conflicted_before,
-                               self.conflicted_after, changed], axis=1).astype(np.int64)
-        prompt_counts = np.zeros((n_cat, 4), np.int64)
-        np.add.at(prompt_counts, prompt_cat, per_prompt)
+        return supervision_report(self.scope, self.margin, self.categories, self.reason, self.owner, self.strict,
+                                  self.rm_agrees, self.conflicted_before, self.conflicted_after)
 
-        def stats(reasons: np.ndarray, n_strict: int, n_agree: int, counts: np.ndarray) -> dict:
-            total = int(reasons.sum())
-            return {
-                "prompts": int(counts[0]),
-                "comparisons": total,
-                "kept": int(reasons[_KEPT]),
-                "dropped": total - int(reasons[_KEPT]),
-                "dropped_by_reason": {r: int(reasons[k + 1]) for k, r in enumerate(REASONS)},
-                "prompts_with_conflicts_before": int(counts[1]),
-                "prompts_with_conflicts_after": int(counts[2]),
-                "prompts_changed": int(counts[3]),
-                "strict_comparisons": int(n_strict),
-                "judge_rm_agreement": n_agree / n_strict if n_strict else None,
-            }
 
+def supervision_report(scope: str, margin: float, categories: list[str], reason: np.ndarray, owner: np.ndarray,
+                       strict: np.ndarray, rm_agrees: np.ndarray, conflicted_before: np.ndarray,
+                       conflicted_after: np.ndarray) -> dict:
+    """:meth:`DistantSupervision.report` of the arrays it describes (``categories``: each
+    prompt's main category, one per prompt)."""
+    names = sorted(set(categories))
+    code = {name: k for k, name in enumerate(names)}
+    prompt_cat = np.fromiter(map(code.__getitem__, categories), np.int64, len(categories))
+    comp_cat = prompt_cat[owner]
+    n_cat = len(names)
+    n_prompts = len(categories)
+    by_reason = np.zeros((n_cat, len(REASONS) + 1), np.int64)
+    np.add.at(by_reason, (comp_cat, reason), 1)
+    n_strict = np.bincount(comp_cat[strict], minlength=n_cat)
+    agree = np.bincount(comp_cat[strict & rm_agrees], minlength=n_cat)
+    changed = np.bincount(owner[reason != _KEPT], minlength=n_prompts) > 0
+    per_prompt = np.stack([np.ones(n_prompts, np.int64), conflicted_before,
+                           conflicted_after, changed], axis=1).astype(np.int64)
+    prompt_counts = np.zeros((n_cat, 4), np.int64)
+    np.add.at(prompt_counts, prompt_cat, per_prompt)
+
+    def stats(reasons: np.ndarray, n_strict: int, n_agree: int, counts: np.ndarray) -> dict:
+        total = int(reasons.sum())
         return {
-            "scope": self.scope,
-            "margin": self.margin,
-            "total": stats(by_reason.sum(axis=0), int(strict.sum()), int(agree.sum()),
-                           prompt_counts.sum(axis=0)),
-            "by_category": {name: stats(by_reason[k], int(strict[k]), int(agree[k]), prompt_counts[k])
-                            for k, name in enumerate(names)},
+            "prompts": int(counts[0]),
+            "comparisons": total,
+            "kept": int(reasons[_KEPT]),
+            "dropped": total - int(reasons[_KEPT]),
+            "dropped_by_reason": {r: int(reasons[k + 1]) for k, r in enumerate(REASONS)},
+            "prompts_with_conflicts_before": int(counts[1]),
+            "prompts_with_conflicts_after": int(counts[2]),
+            "prompts_changed": int(counts[3]),
+            "strict_comparisons": int(n_strict),
+            "judge_rm_agreement": n_agree / n_strict if n_strict else None,
         }
+
+    return {
+        "scope": scope,
+        "margin": margin,
+        "total": stats(by_reason.sum(axis=0), int(n_strict.sum()), int(agree.sum()), prompt_counts.sum(axis=0)),
+        "by_category": {name: stats(by_reason[k], int(n_strict[k]), int(agree[k]), prompt_counts[k])
+                        for k, name in enumerate(names)},
+    }
 
 
 def distant_supervision(prompts: list[Prompt], scores: Mapping[tuple[str, str], float], *,
@@ -168,13 +179,19 @@ def distant_supervision(prompts: list[Prompt], scores: Mapping[tuple[str, str], 
     Raises CheemsInputError for an unknown ``scope``, a negative ``margin``, a malformed
     comparison or a response without a score (naming the prompt and the response).
     """
+    margin = check_scope(scope, margin)
+    with gc_paused():
+        return _distant_supervision(prompts, scores, scope, margin)
+
+
+def check_scope(scope: str, margin: float) -> float:
+    """The margin as a float; CheemsInputError for an unknown ``scope`` or a ``margin`` that
+    is not a number >= 0."""
     if scope not in SCOPES:
         raise CheemsInputError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}", field="scope")
     if isinstance(margin, bool) or not isinstance(margin, Real) or math.isnan(margin) or margin < 0:
         raise CheemsInputError(f"margin must be a number >= 0, got {margin!r}", field="margin")
-    margin = float(margin)
-    with gc_paused():
-        return _distant_supervision(prompts, scores, scope, margin)
+    return float(margin)
 
 
 def _distant_supervision(prompts: list[Prompt], scores: Mapping[tuple[str, str], float],
@@ -185,9 +202,24 @@ def _distant_supervision(prompts: list[Prompt], scores: Mapping[tuple[str, str],
         for p in prompts:
             check_comparisons(p)
         raise
-    n_nodes = int(offsets[-1])
     score = _node_scores(prompts, scores, offsets, ids, a, b)
+    reason, strict, rm_agrees, conflicted_before, conflicted_after = supervise_arrays(
+        offsets, a, b, lab, owner, score, scope=scope, margin=margin)
+    out = _filtered_prompts(prompts, owner, reason)
+    categories = [p.main_category for p in prompts]
+    return DistantSupervision(out, scope, margin, reason, owner, strict, rm_agrees,
+                              conflicted_before, conflicted_after, categories)
 
+
+def supervise_arrays(offsets: np.ndarray, a: np.ndarray, b: np.ndarray, lab: np.ndarray, owner: np.ndarray,
+                     score: np.ndarray, *, scope: str, margin: float) -> tuple[np.ndarray, ...]:
+    """The rule of the module on comparison arrays as :func:`cheems.graph.comparison_arrays`
+    gives them, ``score`` the RM score of every response (NaN only where no comparison names
+    it); ``scope`` and ``margin`` as :func:`check_scope` accepts them.
+
+    Returns ``(reason, strict, rm_agrees, conflicted_before, conflicted_after)``, the arrays
+    :class:`DistantSupervision` describes. O(V + E) per SCC pass, two or three passes."""
+    n_nodes, n_prompts = int(offsets[-1]), len(offsets) - 1
     strict = lab != 2
     better = np.where(lab == 1, b, a)  # for a tie: a, with the reverse edge added below
     worse = np.where(lab == 1, a, b)
@@ -196,20 +228,16 @@ def _distant_supervision(prompts: list[Prompt], scores: Mapping[tuple[str, str],
 
     reason = np.zeros(len(lab), np.int8)
     everything = np.ones(len(lab), bool)
-    in_conflict, conflicted_before = _conflicts(n_nodes, owner, len(prompts), better, worse, strict, everything)
+    in_conflict, conflicted_before = _conflicts(n_nodes, owner, n_prompts, better, worse, strict, everything)
     if scope == "all":
         contradicted = np.where(strict, -gap > margin, np.abs(gap) > margin)
         reason[contradicted] = _MARGIN
-        in_conflict, _ = _conflicts(n_nodes, owner, len(prompts), better, worse, strict, ~contradicted)
+        in_conflict, _ = _conflicts(n_nodes, owner, n_prompts, better, worse, strict, ~contradicted)
     reason[in_conflict & strict & ~(gap > 0)] = _DISAGREES
     reason[in_conflict & ~strict & (gap != 0)] = _TIE
     kept = reason == _KEPT
-    _, conflicted_after = _conflicts(n_nodes, owner, len(prompts), better, worse, strict, kept)
-
-    out = _filtered_prompts(prompts, owner, reason)
-    categories = [p.main_category for p in prompts]
-    return DistantSupervision(out, scope, margin, reason, owner, strict, rm_agrees,
-                              conflicted_before, conflicted_after, categories)
+    _, conflicted_after = _conflicts(n_nodes, owner, n_prompts, better, worse, strict, kept)
+    return reason, strict, rm_agrees, conflicted_before, conflicted_after
 
 
 def _node_scores(prompts: list[Prompt], scores: Mapping[tuple[str, str], float], offsets: np.ndarray,
@@ -285,3 +313,37 @@ def _filtered_prompts(prompts: list[Prompt], owner: np.ndarray, reason: np.ndarr
                           p.subset, extra))
         k_lo, d_lo = k_hi, d_hi
     return out
+
+
+def filtered_comparison_rows(ids: list[str], comparisons: list[list[dict]], extras: list[dict | None],
+                             owner: np.ndarray, reason: np.ndarray) -> tuple[list[list[dict]], list[dict | None]]:
+    """:func:`distant_supervision`'s output prompts as rows' parts: per row (prompt id ``ids[i]``),
+    its kept comparison dicts (as ``Comparison.to_dict`` writes them, in input order) and its
+    extra keys (None: none) with each dropped comparison appended to ``dropped_comparisons``
+    with its reason. ``comparisons`` are the rows' input comparisons, ``owner`` and ``reason``
+    as :func:`supervise_arrays` gives them; the inputs are not modified. The same error as
+    :func:`distant_supervision` for a row's ``dropped_comparisons`` that is not a list.
+    O(rows + comparisons), one Python step per row."""
+    n = len(comparisons)
+    flat = list(chain.from_iterable(comparisons))
+    kept_mask = reason == _KEPT
+    kept_flat = list(compress(flat, kept_mask.tolist()))
+    gone = np.flatnonzero(~kept_mask)
+    whys = np.array(REASONS, dtype=object)[reason[gone] - 1].tolist()
+    dropped_flat = [{**flat[k], "dropped": why} for k, why in zip(gone.tolist(), whys)]
+    kept_ends = np.cumsum(np.bincount(owner[kept_mask], minlength=n)).tolist()
+    dropped_ends = np.cumsum(np.bincount(owner[gone], minlength=n)).tolist()
+    kept_rows, extra_rows = [], []
+    k_lo = d_lo = 0
+    for rid, extra, k_hi, d_hi in zip(ids, extras, kept_ends, dropped_ends):
+        if d_hi > d_lo:
+            extra = dict(extra or {})
+            previous = extra.get("dropped_comparisons", [])
+            if not isinstance(previous, list):
+                raise CheemsInputError(f"prompt {rid!r}: extra 'dropped_comparisons' must be a list",
+                                       field="dropped_comparisons")
+            extra["dropped_comparisons"] = previous + dropped_flat[d_lo:d_hi]
+        kept_rows.append(kept_flat[k_lo:k_hi])
+        extra_rows.append(extra)
+        k_lo, d_lo = k_hi, d_hi
+    return kept_rows, extra_rows

@@ -11,6 +11,11 @@ rows or responses a stage removes go to ``OUT.removed.jsonl`` (``filter``) or
 
 A pipeline config (see ``examples/curation/pipeline.yaml``) holds one section per stage whose
 keys are that stage's settings; `stage_settings` reads a section.
+
+``resolve`` and ``debias`` read files of plain cheems rows straight into arrays
+(:func:`cheems.formats.columnar_batches`, no Prompt made) and write each row by patching its
+parsed values, byte for byte what the object path (:func:`read_inputs`, ``Prompt.to_dict``)
+writes; any other input, and every error, goes through the object path, the reference.
 """
 
 from __future__ import annotations
@@ -18,10 +23,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from itertools import chain, repeat
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from cheems.formats import check_unique_ids, read_prompts
-from cheems.io import check_outputs, outputs_together, read_yaml_mapping, sidecar, write_json, write_jsonl
+import numpy as np
+
+from cheems.formats import (NotPlain, check_unique_ids, columnar_batches, columnar_scores, dump_row,
+                            read_prompts)
+from cheems.io import (atomic_open, check_outputs, gc_paused, outputs_together, read_yaml_mapping, sidecar,
+                       write_json, write_jsonl)
 from cheems.records import CheemsInputError, Prompt
 from cheems.settings import check_settings, setting
 
@@ -86,15 +96,24 @@ def check_stage(inputs: Sequence[str | os.PathLike | None], output: str | os.Pat
     check_outputs([*stage_outputs(output, *kinds), *extra], inputs)
 
 
-def _write(output: str | os.PathLike, prompts: list[Prompt], report: dict, *, set_aside: int | None = None,
+def encoded(prompts: Iterable[Prompt]) -> Iterator[bytes]:
+    """Each prompt as its JSONL line (``Prompt.to_dict``, as :func:`cheems.io.write_jsonl` writes it)."""
+    return map(dump_row, map(Prompt.to_dict, prompts))
+
+
+def _write(output: str | os.PathLike, lines: Iterable[bytes], report: dict, *, set_aside: int | None = None,
            sidecars: dict[str, list] | None = None) -> dict:
-    """Write the rows, the report and the sidecar rows (``{kind: rows}``), all together or
-    none; with ``set_aside`` (rows written to a sidecar) the report's ``balanced`` says whether
-    input rows = output rows + set aside."""
+    """Write the rows (JSONL lines: :func:`encoded`), the report and the sidecar rows
+    (``{kind: rows}``), all together or none; with ``set_aside`` (rows written to a sidecar)
+    the report's ``balanced`` says whether input rows = output rows + set aside."""
     sidecars = sidecars or {}
     finals = stage_outputs(output, *sidecars)
     with outputs_together(*finals) as temps:
-        n = write_jsonl(temps[0], (p.to_dict() for p in prompts))
+        n = 0
+        with atomic_open(temps[0]) as f:
+            for line in lines:
+                f.write(line)
+                n += 1
         for tmp, rows in zip(temps[2:], sidecars.values()):
             write_jsonl(tmp, rows)
         report = {**report, "output": str(output), "output_rows": n}
@@ -119,7 +138,8 @@ def run_sample(prompt_files: Sequence[str | os.PathLike], output: str | os.PathL
     result = sample_responses(rows, config, progress)
     report = {"stage": "sample", "input_rows": len(rows), "failed_rows": len(result.failed),
               **result.report()}
-    return _write(output, result.prompts, report, set_aside=len(result.failed), sidecars={"failed": result.failed})
+    return _write(output, encoded(result.prompts), report, set_aside=len(result.failed),
+                  sidecars={"failed": result.failed})
 
 
 def run_filter(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, config,
@@ -131,7 +151,7 @@ def run_filter(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, c
     check_stage(inputs, output, "removed")
     prompts = read_inputs(inputs)
     result = filter_prompts(prompts, config, progress)
-    return _write(output, result.kept, {"stage": "filter", "input_rows": len(prompts), **result.report()},
+    return _write(output, encoded(result.kept), {"stage": "filter", "input_rows": len(prompts), **result.report()},
                   sidecars={"removed": result.removed})
 
 
@@ -156,7 +176,7 @@ def run_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, co
     result = judge_all_pairs(prompts, config, progress, generate=generate)
     report = result.report()
     report["balanced"] = report["judgements"] == report["comparisons"] + report["unparseable"] + report["failed"]
-    return _write(output, result.prompts, {"stage": "judge", "input_rows": len(prompts), **report})
+    return _write(output, encoded(result.prompts), {"stage": "judge", "input_rows": len(prompts), **report})
 
 
 def run_local_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, judge_model: str | os.PathLike,
@@ -195,7 +215,7 @@ def run_local_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLi
                                          done=store.rows, record=store.append, progress=progress)
     report = {**result.report(), "judge_backend": ms.backend, "verdicts": str(verdicts)}
     report["balanced"] = report["comparisons"] == report["pairs"]
-    return _write(output, result.prompts, {"stage": "judge", "input_rows": len(prompts), **report})
+    return _write(output, encoded(result.prompts), {"stage": "judge", "input_rows": len(prompts), **report})
 
 
 @dataclass
@@ -243,32 +263,240 @@ def run_resolve(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, 
         from cheems.models.checkpoints import check_model_folder
 
         check_model_folder(rm)
+    elif not computed:
+        report = _resolve_columns(inputs, output, scores, scope, margin)
+        if report is not None:
+            return report
     prompts = read_inputs(inputs)
     if computed:
         from cheems.scoring.run import score_with_model
 
         scores = scored
         score_with_model(server or rm, prompts, model_settings, output=scores, progress=progress, notify=notify)
+        report = _resolve_columns(inputs, output, scores, scope, margin)  # written as --scores writes it
+        if report is not None:
+            return report
     result = distant_supervision(prompts, read_scores(scores), scope=scope, margin=margin)
-    report = result.report()
+    return _write(output, encoded(result.prompts), _resolve_report(len(prompts), scores, result.report()))
+
+
+def _resolve_report(n_rows: int, scores: str | os.PathLike, report: dict) -> dict:
+    """The report of ``resolve``: the distant-supervision ``report`` with the stage's counts."""
     total = report["total"]
-    report = {"stage": "resolve", "input_rows": len(prompts), "scores": str(scores), **report,
-              "balanced": total["comparisons"] == total["kept"] + total["dropped"]}
-    return _write(output, result.prompts, report)
+    return {"stage": "resolve", "input_rows": n_rows, "scores": str(scores), **report,
+            "balanced": total["comparisons"] == total["kept"] + total["dropped"]}
+
+
+def _resolve_columns(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, scores: str | os.PathLike,
+                     scope: str, margin: float) -> dict | None:
+    """:func:`run_resolve` with a scores file, for files of columnar rows
+    (:class:`cheems.formats.ColumnarBatch`) with distinct ids and a scores file that
+    :func:`cheems.formats.columnar_scores` reads: a batch of rows at a time, the comparisons
+    filtered by :func:`~cheems.curation.distant_supervision.supervise_arrays` and each row
+    written with its kept comparisons and the dropped ones among its extra keys; the same
+    bytes and report as the object path. None, having written nothing, for any other input
+    or settings (the object path reads them, or names the fault). O(bytes + V + E)."""
+    from cheems.curation.distant_supervision import check_scope, supervision_report
+
+    try:
+        margin = check_scope(scope, margin)
+    except CheemsInputError:
+        return None
+    score_of = columnar_scores(scores)
+    if score_of is None:
+        return None
+    with gc_paused():  # hundreds of thousands of small long-lived objects, no cycles
+        try:
+            lines, arrays, categories = _resolved_batches(inputs, score_of, scope, margin)
+        except (NotPlain, CheemsInputError):
+            return None
+    if not categories:
+        return None
+    report = supervision_report(scope, margin, categories, *(np.concatenate(arrays[k]) for k in _SUPERVISION_ARRAYS))
+    return _write(output, lines, _resolve_report(len(categories), scores, report))
+
+
+_SUPERVISION_ARRAYS = ("reason", "owner", "strict", "rm_agrees", "conflicted_before", "conflicted_after")
+
+
+def _resolved_batches(inputs: Sequence[str | os.PathLike], score_of: dict, scope: str,
+                      margin: float) -> tuple[list[bytes], dict[str, list[np.ndarray]], list[str]]:
+    """The lines :func:`_resolve_columns` writes, one per row; the arrays of
+    :data:`_SUPERVISION_ARRAYS` per batch of rows (``owner``: the row's index among all); each
+    row's main category. A batch is filtered and written while its parsed rows are in the CPU
+    cache (prompts are independent). NotPlain for input the object path reads."""
+    from cheems.curation.distant_supervision import filtered_comparison_rows, supervise_arrays
+
+    lines: list[bytes] = []
+    arrays: dict[str, list[np.ndarray]] = {k: [] for k in _SUPERVISION_ARRAYS}
+    categories: list[str] = []
+    seen: set[str] = set()
+    for batch in columnar_batches(inputs, default_subsets=False, keep_rows=True, keep_comparisons=True):
+        first_row = len(categories)
+        seen.update(batch.ids)
+        categories += map(_main_category, batch.categories)
+        if len(seen) != len(categories):
+            raise NotPlain("a prompt id repeats: the object path names both rows")
+        offsets, a, b, lab, owner = batch.arrays()
+        score = _response_scores(batch, score_of)
+        if np.isnan(score[a]).any() or np.isnan(score[b]).any():
+            raise NotPlain("a compared response without a score: the object path names it")
+        reason, strict, rm_agrees, before, after = supervise_arrays(offsets, a, b, lab, owner, score, scope=scope,
+                                                                    margin=margin)
+        kept, extras = filtered_comparison_rows(batch.ids, batch.comparisons, batch.extras, owner, reason)
+        lines += map(dump_row, batch.written_rows(batch.ranks, kept, extras))
+        for k, x in zip(_SUPERVISION_ARRAYS, (reason, owner + first_row, strict, rm_agrees, before, after)):
+            arrays[k].append(x)
+    return lines, arrays, categories
+
+
+def _response_scores(batch, score_of: dict) -> np.ndarray:
+    """The score of every response of a batch, NaN where ``score_of`` has none."""
+    keys = zip(chain.from_iterable(map(repeat, batch.ids, batch.sizes)), batch.response_ids)
+    return np.fromiter(map(score_of.get, keys, repeat(np.nan)), np.float64, len(batch.response_ids))
+
+
+def _rows_of(batches: list, *names: str) -> list[list]:
+    """Per-row lists of the batches (``ids``, ``comparisons``...), each over all their rows."""
+    return [list(chain.from_iterable(getattr(b, name) for b in batches)) for name in names]
+
+
+def _written_lines(batches: list, ranks: list, comparisons: list, extras: list) -> list[bytes]:
+    """The JSONL line of every row of the batches with the given rank, comparisons and extra
+    keys (one of each per row, over all the batches' rows)."""
+    lines: list[bytes] = []
+    lo = 0
+    for batch in batches:
+        hi = lo + len(batch)
+        lines += map(dump_row, batch.written_rows(ranks[lo:hi], comparisons[lo:hi], extras[lo:hi]))
+        lo = hi
+    return lines
+
+
+def _main_category(category: list[str]) -> str:
+    """``Prompt.main_category`` of a row's category list."""
+    return category[0] if category else "未分类"
 
 
 def run_debias(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, seed: int,
                tolerance: int = 0) -> dict:
     """Length debiasing (`cheems.curation.debias`); dropped pairs stay in their rows."""
-    from cheems.curation.debias import KINDS, length_debias
+    from cheems.curation.debias import length_debias
 
     check_stage(inputs, output)
+    written = _debias_columns(inputs, seed, tolerance)
+    if written is not None:
+        lines, report = written
+        return _write(output, lines, _debias_report(report))
     prompts = read_inputs(inputs)
     kept, report = length_debias(prompts, seed=seed, tolerance=tolerance)
+    return _write(output, encoded(kept), _debias_report(report))
+
+
+def _debias_report(report: dict) -> dict:
+    """The report of ``debias``: the length-debias ``report`` with the stage's counts."""
+    from cheems.curation.debias import KINDS
+
     before = sum(report["before"][k] for k in KINDS)
     after = sum(report["after"][k] for k in KINDS)
-    return _write(output, kept, {"stage": "debias", "input_rows": len(prompts), **report,
-                                 "balanced": before == after + report["dropped"]})
+    return {"stage": "debias", "input_rows": report["prompts"], **report,
+            "balanced": before == after + report["dropped"]}
+
+
+def _debias_columns(inputs: Sequence[str | os.PathLike], seed: int,
+                    tolerance: int) -> tuple[list[bytes], dict] | None:
+    """:func:`run_debias`'s lines and length-debias report for files of columnar rows
+    (:class:`cheems.formats.ColumnarBatch`) with distinct ids: every comparison's kind from
+    arrays (:func:`~cheems.curation.debias.length_kinds`), the draw over all of them, each row
+    written with its kept comparisons and the dropped ones among its extra keys; the same
+    bytes and report as the object path. None for any other input or settings (the object
+    path reads them, or names the fault). O(bytes + responses + comparisons + ranked pairs)."""
+    from cheems.curation.debias import check_debias_settings, debias_arrays, debiased_rows, length_kinds
+
+    try:
+        check_debias_settings(seed, tolerance)
+    except CheemsInputError:
+        return None
+    with gc_paused():  # hundreds of thousands of small long-lived objects, no cycles
+        try:
+            batches, columns = _debias_batches(inputs)
+            if not batches:
+                return None
+            lengths = (np.concatenate(columns[k]) for k in ("len_a", "len_b", "sign"))
+            counts = np.concatenate(columns["counts"])
+            starts = np.zeros(len(counts) + 1, np.int64)
+            np.cumsum(counts, out=starts[1:])
+            ids = _rows_of(batches, "ids")[0]
+            drop, report = debias_arrays(length_kinds(*lengths, tolerance), starts, columns["categories"], seed=seed,
+                                         tolerance=tolerance, ranked=int(sum(map(sum, (b.has_rank for b in batches)))))
+            comparisons, extras = debiased_rows(ids, columns["comparisons"], columns["extras"], drop)
+        except (NotPlain, CheemsInputError):
+            return None
+        lines = _written_lines(batches, [None] * len(ids), comparisons, extras)
+    return lines, report
+
+
+def _debias_batches(inputs: Sequence[str | os.PathLike]) -> tuple[list, dict[str, list]]:
+    """The batches of columnar rows of the files and, over all of them, per comparison (a
+    ranked row's pairs in place of its comparisons) the lengths of its ``a`` and ``b``
+    responses and the sign of its label (``len_a``, ``len_b``, ``sign``: arrays per batch),
+    per row its comparison dicts and extra keys as length debiasing sees them, its number of
+    comparisons (``counts``) and its main category. NotPlain for input the object path reads."""
+    from cheems.curation.filters import text_length
+
+    batches: list = []
+    columns: dict[str, list] = {k: [] for k in ("len_a", "len_b", "sign", "counts", "comparisons", "extras",
+                                                "categories")}
+    seen: set[str] = set()
+    for batch in columnar_batches(inputs, default_subsets=False, keep_rows=True, keep_comparisons=True):
+        batches.append(batch)
+        seen.update(batch.ids)
+        columns["categories"] += map(_main_category, batch.categories)
+        if len(seen) != len(columns["categories"]):
+            raise NotPlain("a prompt id repeats: the object path names both rows")
+        offsets, a, b, lab, _ = batch.arrays()
+        contents = map(dict.__getitem__, chain.from_iterable(batch.responses), repeat("content"))
+        length = np.fromiter(map(text_length, contents), np.int64, len(batch.response_ids))
+        pairs = (length[a], length[b], _label_signs()[lab])
+        counts = np.frombuffer(batch.counts, np.int64).copy()
+        comparisons, extras = list(batch.comparisons), list(batch.extras)
+        if any(batch.has_rank):
+            pairs = _rankings_as_pairs(batch, offsets, length, pairs, counts, comparisons, extras)
+        for k, x in zip(("len_a", "len_b", "sign", "counts"), (*pairs, counts)):
+            columns[k].append(x)
+        columns["comparisons"] += comparisons
+        columns["extras"] += extras
+    return batches, columns
+
+
+def _label_signs() -> np.ndarray:
+    """The sign of each label code (:data:`cheems.graph.LABEL_CODE`): 1 when ``a`` is chosen,
+    -1 when ``b`` is, 0 for a tie."""
+    from cheems.curation.debias import LABEL_SIGN
+    from cheems.graph import LABEL_CODE
+
+    return np.array([LABEL_SIGN[k] for k in sorted(LABEL_CODE, key=LABEL_CODE.get)], np.int64)
+
+
+def _rankings_as_pairs(batch, offsets: np.ndarray, length: np.ndarray, pairs: tuple[np.ndarray, ...],
+                       counts: np.ndarray, comparisons: list, extras: list) -> tuple[np.ndarray, ...]:
+    """Each ranked row of ``batch`` as length debiasing converts it, its ranking's pairs in
+    place of its comparisons (:func:`~cheems.curation.debias.ranked_comparison_rows`): its
+    ``comparisons``, ``extras`` and ``counts`` entries replaced, and the per-comparison
+    ``pairs`` (lengths of ``a`` and ``b``, label sign) returned with its segment replaced.
+    O(k^2) for a row of k ranked responses."""
+    from cheems.curation.debias import LABEL_SIGN, ranked_comparison_rows
+
+    ends = np.cumsum(counts).tolist()
+    segments = [tuple(x[e - n:e] for x in pairs) for e, n in zip(ends, counts.tolist())]
+    for i in np.flatnonzero(batch.has_rank).tolist():
+        comparisons[i], extras[i] = ranked_comparison_rows(batch.ids[i], batch.ranks[i], comparisons[i], extras[i])
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        length_of = dict(zip(batch.response_ids[lo:hi], length[lo:hi].tolist()))
+        segments[i] = ([length_of[c["a"]] for c in comparisons[i]], [length_of[c["b"]] for c in comparisons[i]],
+                       [LABEL_SIGN[c["label"]] for c in comparisons[i]])
+        counts[i] = len(comparisons[i])
+    return tuple(np.concatenate([np.asarray(seg[k], np.int64) for seg in segments]) for k in range(3))
 
 
 def run_merge(human: Sequence[str | os.PathLike], judged: Sequence[str | os.PathLike],
@@ -298,7 +526,7 @@ def run_merge(human: Sequence[str | os.PathLike], judged: Sequence[str | os.Path
             merged.append(p)
     report = {"stage": "merge", "input_rows": len(human_rows) + len(judge_rows), "human_rows": len(human_rows),
               "judge_rows": len(judge_rows), "human_ranked_by_resolution": ranked_now}
-    return _write(output, merged, report, set_aside=0)
+    return _write(output, encoded(merged), report, set_aside=0)
 
 
 def run_analyze_bias(groups: dict[str, Sequence[str | os.PathLike]], *, bins: Sequence[float] | None = None,

@@ -17,7 +17,8 @@ how it maps), and the module that reads them:
 format from its keys; :mod:`~cheems.formats.rows` reads raw rows from a file,
 :mod:`~cheems.formats.read` whole files into prompts, :mod:`~cheems.formats.columnar` cheems rows
 straight into arrays, no prompt made (what ``cheems rank`` and ``cheems stats`` take first:
-:func:`rank_columns`, :func:`columnar_stats`); :mod:`~cheems.formats.join` joins the rows of one prompt;
+:func:`rank_columns`, :func:`columnar_stats`; ``cheems curate resolve`` and ``debias`` read
+:func:`columnar_batches` and :func:`columnar_scores`); :mod:`~cheems.formats.join` joins the rows of one prompt;
 :mod:`~cheems.formats.write` holds the rows cheems writes.
 
 A row without ``id`` gets :func:`cheems.records.prompt_id` of its prompt and response contents,
@@ -28,7 +29,8 @@ joins them back into one prompt where that is wanted (training). Every error is 
 
 from __future__ import annotations
 
-from cheems.formats.columnar import ColumnarBatch, RankedColumns, StatsSums, columnar_stats, rank_columns
+from cheems.formats.columnar import (ColumnarBatch, RankedColumns, StatsSums, columnar_batches, columnar_scores,
+                                     columnar_stats, dump_row, rank_columns)
 from cheems.formats.detect import check_format, detect_format, parse_row
 from cheems.formats.fields import CONSUMED, category_field, prompt_field, row_id, subset_field
 from cheems.formats.join import (RepeatedRows, check_unique_ids, group_by_prompt, key_repeated_rows, merge_prompts,
@@ -43,7 +45,8 @@ from cheems.formats.write import score_rows
 
 __all__ = ["ANNOTATION_LABELS", "COMPARISON_KEYS", "CONSUMED", "ColumnarBatch", "FORMAT_NAMES", "FORMATS",
            "RESPONSE_KEYS", "ROW_FORMATS", "RankedColumns", "RepeatedRows", "RowFormat", "SHAREGPT_ROLES", "Scores",
-           "StatsSums", "category_field", "check_format", "check_unique_ids", "columnar_stats", "detect_format",
+           "StatsSums", "category_field", "check_format", "check_unique_ids", "columnar_batches", "columnar_scores",
+           "columnar_stats", "detect_format", "dump_row",
            "group_by_prompt", "iter_rows", "key_repeated_rows", "merge_prompts", "NotPlain", "occurrence_id",
            "parse_row", "prompt_field", "rank_columns", "read_many", "read_prompts", "read_scores", "ReadResult",
            "row_chunks", "row_id", "score_rows", "subset_field"]

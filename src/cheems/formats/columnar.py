@@ -13,8 +13,8 @@ without joining or converting anything: a ``prompt`` (text or chat messages), ``
 ``{id, content, model?, ...}`` with string ids, ``comparisons`` of ``{a, b, label, annotator?,
 source?, ...}`` naming response ids, ``triples`` (``{ids, ranking, annotator?}``, read into their
 three comparisons each), an optional ``rank`` object, ``id``, ``category``, ``subset`` and any
-other keys (kept). Anything else (another format, ``annotations``, an id
-to convert, a row that is wrong in any way, a Parquet or TSV file) raises
+other keys (kept); :func:`columnar_scores` reads SCORES files so. Anything else (another format,
+``annotations``, an id to convert, a row that is wrong in any way, a Parquet or TSV file) raises
 :class:`~cheems.formats.rows.NotPlain`, and the callers read the files again with the general
 readers, which read it or name its fault (file, line, field) as always.
 """
@@ -28,7 +28,7 @@ from functools import partial
 from itertools import chain, count, islice, repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -40,7 +40,10 @@ from cheems.records import LABELS, ROLES, CheemsInputError, prompt_id, triple_co
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["ColumnarBatch", "RankedColumns", "StatsSums", "columnar_stats", "rank_columns"]
+    from cheems.formats.read import Scores
+
+__all__ = ["ColumnarBatch", "RankedColumns", "StatsSums", "columnar_batches", "columnar_scores", "columnar_stats",
+           "dump_row", "rank_columns"]
 
 ROW_KEYS = frozenset(("id", "prompt", "responses", "rank", "comparisons", "triples", "category", "subset"))
 """The keys of a columnar row that :meth:`~cheems.records.Prompt.to_dict` writes in its own
@@ -64,13 +67,13 @@ class ColumnarBatch:
 
     Per row: ``ids`` (given, an integer id as text, or :func:`~cheems.records.prompt_id` of a row
     without one), ``subsets``, ``has_rank`` and, with ``keep_rows``, what ``Prompt.to_dict``
-    writes: ``prompts``, ``responses`` (the parsed dicts, rebuilt only where their keys are not
-    in the written order), ``comparisons`` (kept only with ``keep_comparisons``), ``categories``,
-    ``extras`` (None: none). Flat over the batch: ``response_ids``, ``content_chars``; ``sizes``
-    and ``counts`` (responses and comparisons per row); ``node_first``, ``a_first``, ``b_first``
-    and ``labels`` as :func:`cheems.graph.comparison_arrays_from_codes` takes them; ``rank_values``
-    (the input rank of every response of a ranked row, in response order) and ``prompt_chars``.
-    """
+    writes: ``prompts``, ``ranks`` (parsed, None: none), ``responses`` (the parsed dicts, rebuilt
+    only where their keys are not in the written order), ``comparisons`` (only with
+    ``keep_comparisons``), ``categories``, ``extras`` (None: none). Flat over the batch:
+    ``response_ids``, ``content_chars``; ``sizes`` and ``counts`` (responses and comparisons per
+    row); ``node_first``, ``a_first``, ``b_first`` and ``labels`` as
+    :func:`cheems.graph.comparison_arrays_from_codes` takes them; ``rank_values`` (the input rank
+    of every response of a ranked row, in response order) and ``prompt_chars``."""
 
     def __init__(self, *, keep_rows: bool = True, keep_comparisons: bool = False):
         self.keep_rows, self.keep_comparisons = keep_rows, keep_comparisons
@@ -78,6 +81,7 @@ class ColumnarBatch:
         self.subsets: list[str | None] = []
         self.has_rank: list[bool] = []
         self.prompts: list[Any] = []
+        self.ranks: list[dict | None] = []
         self.responses: list[list[dict]] = []
         self.comparisons: list[list[dict]] = []
         self.categories: list[list[str]] = []
@@ -153,6 +157,8 @@ class ColumnarBatch:
         must be an object giving every response of its row (and nothing else) an integer.
         ``first_response``: the batch index of the rows' first response."""
         ranks = list(map(dict.get, rows, repeat("rank")))
+        if self.keep_rows:
+            self.ranks += ranks
         if ranks.count(None) == len(ranks):
             return [False] * len(rows)
         it = islice(self.response_ids, first_response, None)
@@ -205,11 +211,18 @@ class ColumnarBatch:
     def ranked_rows(self, ranks: list[dict[str, int]]) -> Iterator[dict]:
         """Each row as ``Prompt.to_dict`` writes it ranked by ``ranks[i]`` (same keys, order and
         values): the parsed values, ``rank`` placed after ``responses``. O(rows)."""
-        comparisons = self.comparisons if self.keep_comparisons else repeat(None)
+        return self.written_rows(ranks, self.comparisons if self.keep_comparisons else repeat(None), self.extras)
+
+    def written_rows(self, ranks: Iterable[dict | None], comparisons: Iterable[list[dict] | None],
+                     extras: Iterable[dict | None]) -> Iterator[dict]:
+        """Each row as ``Prompt.to_dict`` writes a prompt of the row's id, prompt, responses,
+        category and subset with the given rank, comparisons (as ``Comparison.to_dict`` writes
+        them) and extra keys, one of each per row (None: none). O(rows)."""
         for rid, prompt, responses, rank, comps, category, subset, extra in zip(
-                self.ids, self.prompts, self.responses, ranks, comparisons, self.categories, self.subsets,
-                self.extras):
-            d = {"id": rid, "prompt": prompt, "responses": responses, "rank": rank}
+                self.ids, self.prompts, self.responses, ranks, comparisons, self.categories, self.subsets, extras):
+            d = {"id": rid, "prompt": prompt, "responses": responses}
+            if rank is not None:
+                d["rank"] = rank
             if comps:
                 d["comparisons"] = comps
             if category:
@@ -390,6 +403,35 @@ def columnar_batches(paths: Sequence[str | os.PathLike], *, default_subsets: boo
         yield batch
 
 
+def columnar_scores(path: str | os.PathLike) -> Scores | None:
+    """The scores of a SCORES file as :func:`~cheems.formats.read.read_scores` reads them, when
+    every row is ``{prompt_id, response_id, score, ...}`` with string ids, a finite number for
+    a score and no pair given twice; None for any other file (``read_scores`` then reads it or
+    names its fault). O(rows), C-level ``map``s."""
+    from math import isfinite
+
+    from cheems.formats.read import Scores
+
+    pids, rids, values = [], [], []
+    try:
+        for rows in row_chunks(path, 4096):
+            if set(map(type, rows)) != {dict}:
+                return None
+            pids += map(itemgetter("prompt_id"), rows)
+            rids += map(itemgetter("response_id"), rows)
+            values += map(itemgetter("score"), rows)
+    except (NotPlain, KeyError):
+        return None
+    if set(map(type, chain(pids, rids))) != {str} or not {int, float}.issuperset(map(type, values)):
+        return None
+    try:
+        floats = list(map(float, values))
+    except OverflowError:  # an integer past the float range
+        return None
+    scores = Scores(zip(zip(pids, rids), floats))
+    return scores if len(scores) == len(pids) and all(map(isfinite, floats)) else None
+
+
 # ----------------------------------------------------------------------------- rank
 
 @dataclass
@@ -402,7 +444,8 @@ class RankedColumns:
 
 
 _COUNTS = ("n_comparisons", "n_conflicts", "n_merged", "n_tie_groups", "n_uncompared")
-_dump_row = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)  # as write_jsonl
+dump_row = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
+"""One row as a line of :func:`cheems.io.write_jsonl`: the same bytes."""
 
 
 def rank_columns(annotations: Sequence[str | os.PathLike], output: str | os.PathLike, *,
@@ -446,7 +489,7 @@ def _rank_columns(annotations: Sequence[str | os.PathLike], output: str | os.Pat
         if 0 in batch.counts:
             raise NotPlain("a prompt without comparisons")
         res = resolve_comparisons(*batch.arrays(), batch.response_ids)
-        written.append(b"".join(map(_dump_row, batch.ranked_rows(res.ranks))))
+        written.append(b"".join(map(dump_row, batch.ranked_rows(res.ranks))))
         for k in _COUNTS:
             counts[k].append(getattr(res, k))
     if not subsets:
