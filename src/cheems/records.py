@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Collection, Hashable, Iterable, Iterator, Mapping, TypeVar, Union
+from typing import Any, Collection, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar, Union
 
 import orjson
 
-__all__ = ["LABELS", "ROLES", "CheemsInputError", "Comparison", "Message", "Prompt", "PromptText", "Response",
+__all__ = ["LABELS", "ROLES", "UNCATEGORISED", "CheemsInputError", "Comparison", "Message", "Prompt", "PromptText", "Response",
            "check_chat_message", "check_comparison", "check_comparisons", "check_known_response",
-           "check_prompt_text", "check_rank", "identical_responses", "is_integer", "is_number", "preference_pairs",
+           "check_prompt_text", "check_rank", "identical_responses", "is_integer", "is_number", "main_category_of", "preference_pairs",
            "prompt_id", "prompt_key", "rank_comparisons", "ranked_pairs", "ranking_levels", "response_id",
            "triple_comparisons", "validate_prompt"]
 
@@ -113,7 +113,7 @@ class Prompt:
 
     @property
     def main_category(self) -> str:
-        return self.category[0] if self.category else "未分类"
+        return main_category_of(self.category)
 
     @property
     def prompt_text(self) -> str:
@@ -144,6 +144,15 @@ class Prompt:
 def is_integer(v: Any) -> bool:
     """An int that is not a bool (``True`` is an int in Python, never a count here)."""
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+UNCATEGORISED = "未分类"
+"""The main category of a prompt whose row gives none."""
+
+
+def main_category_of(category: Sequence[str] | None) -> str:
+    """The main category of a row's ``category`` list: its first entry, else `UNCATEGORISED`."""
+    return category[0] if category else UNCATEGORISED
 
 
 def is_number(v: Any) -> bool:

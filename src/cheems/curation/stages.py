@@ -32,7 +32,7 @@ from cheems.formats import (NotPlain, check_unique_ids, columnar_batches, column
                             read_prompts)
 from cheems.io import (atomic_open, check_outputs, gc_paused, outputs_together, read_yaml_mapping, sidecar,
                        write_json, write_jsonl)
-from cheems.records import CheemsInputError, Prompt
+from cheems.records import CheemsInputError, Prompt, main_category_of
 from cheems.settings import check_settings, setting
 
 __all__ = ["ResolveSettings", "read_inputs", "run_analyze_bias", "run_debias", "run_filter", "run_judge",
@@ -334,7 +334,7 @@ def _resolved_batches(inputs: Sequence[str | os.PathLike], score_of: dict, scope
     for batch in columnar_batches(inputs, default_subsets=False, keep_rows=True, keep_comparisons=True):
         first_row = len(categories)
         seen.update(batch.ids)
-        categories += map(_main_category, batch.categories)
+        categories += map(main_category_of, batch.categories)
         if len(seen) != len(categories):
             raise NotPlain("a prompt id repeats: the object path names both rows")
         offsets, a, b, lab, owner = batch.arrays()
@@ -371,11 +371,6 @@ def _written_lines(batches: list, ranks: list, comparisons: list, extras: list) 
         lines += map(dump_row, batch.written_rows(ranks[lo:hi], comparisons[lo:hi], extras[lo:hi]))
         lo = hi
     return lines
-
-
-def _main_category(category: list[str]) -> str:
-    """``Prompt.main_category`` of a row's category list."""
-    return category[0] if category else "未分类"
 
 
 def run_debias(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, *, seed: int,
@@ -451,7 +446,7 @@ def _debias_batches(inputs: Sequence[str | os.PathLike]) -> tuple[list, dict[str
     for batch in columnar_batches(inputs, default_subsets=False, keep_rows=True, keep_comparisons=True):
         batches.append(batch)
         seen.update(batch.ids)
-        columns["categories"] += map(_main_category, batch.categories)
+        columns["categories"] += map(main_category_of, batch.categories)
         if len(seen) != len(columns["categories"]):
             raise NotPlain("a prompt id repeats: the object path names both rows")
         offsets, a, b, lab, _ = batch.arrays()
