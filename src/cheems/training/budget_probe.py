@@ -1,7 +1,7 @@
 """``--token-budget auto`` for training: the largest forward batch that fits, probed before the first step.
 
 :func:`training_token_budget` resolves a run's token budget per process. A number is used as
-given (:func:`~cheems.training.recipe_setup.token_budget_per_process`); ``auto`` on a GPU runs
+given (`token_budget_per_process`); ``auto`` on a GPU runs
 :func:`cheems.models.memory_budget.probe_token_budget` with the run's own model, settings and
 objective: each probe is one forward and backward pass of a worst-case batch of that many
 tokens (sequences as long as the longest training sequence, random token ids) under the run's
@@ -21,13 +21,22 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from cheems.models.memory_budget import AUTO, probe_sequences, probe_token_budget, smaller_budget
+from cheems.models.sequences import DEFAULT_TOKEN_BUDGET
 from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
 
-__all__ = ["PROBE_START", "training_token_budget"]
+__all__ = ["PROBE_START", "token_budget_per_process", "training_token_budget"]
 
 PROBE_START = 16384
 """The first budget probed (then doubled or bisected): the default budget on a GPU."""
+
+
+def token_budget_per_process(config: TrainConfig, device) -> int | None:
+    """A forward batch's token cap on one process: ``config.token_budget``, else on a GPU
+    ``DEFAULT_TOKEN_BUDGET["cuda"]``, else none (the micro batch size alone)."""
+    if config.token_budget and config.token_budget != AUTO:  # auto: `training_token_budget`
+        return config.token_budget
+    return DEFAULT_TOKEN_BUDGET["cuda"] if str(device).startswith("cuda") else None
 
 
 def training_token_budget(config: TrainConfig, accelerator, module, lengths: Sequence[int], *,
@@ -39,8 +48,6 @@ def training_token_budget(config: TrainConfig, accelerator, module, lengths: Seq
     ``trainable`` the trainable weights (AdamW's state is held aside for them); ``recorded``
     the budget a resumed checkpoint was trained with; ``below`` a budget that ran out of memory in
     training (a second probe then stays under it)."""
-    from cheems.training.recipe_setup import token_budget_per_process
-
     if config.token_budget != AUTO:
         return token_budget_per_process(config, accelerator.device)
     if recorded is not None:

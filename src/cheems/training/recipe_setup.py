@@ -4,7 +4,8 @@
 the checkpoint to resume from, loads the starting model (LoRA adapters when asked), encodes
 the training and eval data (:mod:`cheems.training.training_data`), plans the first epoch's
 forward batches and prepares the optimizer and scheduler. Each piece is a function of its
-own: `load_for_training`, `token_budget_per_process`, `epoch_batches`, `step_groups`. The
+own: `load_for_training`, `epoch_batches`, `step_groups` (the token budget:
+:mod:`cheems.training.budget_probe`). The
 loop that advances the run is :mod:`cheems.training.trainer`.
 
 Imports torch, transformers, accelerate and peft inside the functions that need them.
@@ -22,11 +23,10 @@ from cheems.io import files_fingerprint
 from cheems.models.checkpoints import (load_classifier, load_tokenizer, quiet_transformers, require_torch,
                                        unwrap_peft)
 from cheems.models.packing import use_packed_attention
-from cheems.models.sequences import DEFAULT_TOKEN_BUDGET
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
 from cheems.training.batching import batch_stats, greedy_prompt_batches
-from cheems.training.budget_probe import training_token_budget
+from cheems.training.budget_probe import token_budget_per_process, training_token_budget
 from cheems.training.config import TrainConfig
 from cheems.training.output_folder import MetricsLog, check_resume, list_checkpoints, load_checkpoint
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
@@ -151,14 +151,6 @@ def resume_point(config: TrainConfig, output: Path) -> tuple[int, Path | None]:
     ``config.resume`` is set and one exists, else ``(0, None)``."""
     found = list_checkpoints(output) if config.resume else []
     return found[-1] if found else (0, None)
-
-
-def token_budget_per_process(config: TrainConfig, device) -> int | None:
-    """A forward batch's token cap on one process: ``config.token_budget``, else on a GPU
-    ``DEFAULT_TOKEN_BUDGET["cuda"]``, else none (the micro batch size alone)."""
-    if config.token_budget and config.token_budget != "auto":  # auto: see cheems.training.budget_probe
-        return config.token_budget
-    return DEFAULT_TOKEN_BUDGET["cuda"] if str(device).startswith("cuda") else None
 
 
 def epoch_batches(data: TrainingData, config: TrainConfig, n_proc: int, epoch: int,
