@@ -40,12 +40,12 @@ def token_budget_per_process(config: TrainConfig, device) -> int | None:
 
 
 def training_token_budget(config: TrainConfig, accelerator, module, lengths: Sequence[int], *,
-                          step_loss: Callable, trainable: int, recorded: int | None = None,
+                          step_loss: Callable, recorded: int | None = None,
                           below: int | None = None, notify: Callable[[str], None] | None = None) -> int | None:
     """The run's forward-batch token cap per process (see the module docs). ``module`` is the
     unprepared module the trainer wraps (moved to the device here when probing);
-    ``step_loss(module, seqs)`` the objective's scalar loss of a batch of token sequences;
-    ``trainable`` the trainable weights (AdamW's state is held aside for them); ``recorded``
+    ``step_loss(module, seqs)`` the objective's scalar loss of a batch of token sequences (AdamW's
+    state is held aside for the module's trainable weights); ``recorded``
     the budget a resumed checkpoint was trained with; ``below`` a budget that ran out of memory in
     training (a second probe then stays under it)."""
     if config.token_budget != AUTO:
@@ -58,6 +58,7 @@ def training_token_budget(config: TrainConfig, accelerator, module, lengths: Seq
     if kind in ("DEEPSPEED", "FSDP"):
         raise CheemsInputError(f"--token-budget auto probes one unsharded GPU; under {kind} give a number",
                                field="token_budget")
+    trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
     budget, probes = _probe(accelerator, module, max(lengths), config.micro_batch_size, step_loss, trainable, below)
     if accelerator.num_processes > 1:
         import torch

@@ -262,7 +262,6 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
     lengths = [len(x) for x in data.ids]
     module = VerdictModel(model)
     budget = training_token_budget(config, accelerator, module, lengths, step_loss=_probe_loss(config, tokenizer),
-                                   trainable=sum(p.numel() for p in module.parameters() if p.requires_grad),
                                    recorded=resumed.get("token_budget"), notify=notify)
     first_batches = epoch_judge_batches(lengths, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))

@@ -276,7 +276,6 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     module = _reward_module(model, config)
     budget = training_token_budget(config, accelerator, module, [n for _, _, n in data.items],
                                    step_loss=_probe_loss(config, tokenizer.pad_token_id), notify=notify,
-                                   trainable=sum(p.numel() for p in module.parameters() if p.requires_grad),
                                    recorded=resumed.get("token_budget"), below=budget_below)
     first_batches = epoch_batches(data, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))
