@@ -70,6 +70,7 @@ class GatedModel:
         self.gate = threading.Event()
         self.entered = threading.Event()
         self.fail_next = False
+        self.failure: Exception = RuntimeError("the model broke")
 
     def __getattr__(self, name):
         return getattr(self.rm, name)
@@ -79,7 +80,7 @@ class GatedModel:
         assert self.gate.wait(GATE_TIMEOUT_S), "the gate was never opened"
         if self.fail_next:
             self.fail_next = False
-            raise RuntimeError("the model broke")
+            raise self.failure
 
     def score_ids(self, batch):
         self._hold()
@@ -264,6 +265,27 @@ def test_a_failing_forward_fails_its_requests_only(rm, requests):
 
     scores, depth = run(main(), gated)
     assert len(scores) == len(requests[0].responses) and depth == 0
+
+
+def test_out_of_gpu_memory_is_unavailable_with_its_one_line_and_the_engine_goes_on(rm, requests):
+    import torch
+
+    gated = GatedModel(rm)
+    gated.failure = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    async def main():
+        async with gated_engine(gated, EngineSettings(max_batch=64, max_wait_ms=0, token_budget=4096)) as engine:
+            seqs, prompt_of, _ = engine.encode_rows(requests[:1])
+            gated.fail_next = True
+            gated.gate.set()
+            with pytest.raises(EngineUnavailable) as failed:
+                await engine.score(seqs, prompt_of)
+            return failed.value.message, await engine.score(seqs, prompt_of)
+
+    message, scores = run(main(), gated)
+    assert "out of GPU memory on a forward batch" in message and "token budget 4096" in message
+    assert "try --token-budget 3072" in message and "\n" not in message
+    assert len(scores) == len(requests[0].responses)
 
 
 def test_stop_drains_queued_requests_and_refuses_later_ones(rm, requests):

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from cheems.models.memory_budget import is_out_of_memory
 from cheems.records import CheemsInputError, Prompt, prompt_key
 from cheems.serving.serve_metrics import ServeMetrics
 from cheems.settings import check_settings, setting
@@ -331,6 +332,9 @@ class ScoringEngine:
         try:
             scores, batches = await loop.run_in_executor(self._executor, self._forward, seqs, prompt_of)
         except Exception as error:  # the model failed: these requests fail, the engine goes on
+            if is_out_of_memory(error) or (isinstance(error, CheemsInputError) and error.field == "token_budget"):
+                # out of GPU memory is the server's trouble, not the request's: 503, its one line kept
+                error = EngineUnavailable(getattr(error, "message", None) or f"out of GPU memory: {error}")
             for request, _ in taken:
                 self._drop(request)
                 if not request.future.done():
