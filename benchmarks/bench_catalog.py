@@ -39,6 +39,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from mfu import own_peak_kib  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 WAYS = ("cheems", "plain")
 ENTRIES = ("hh-rlhf", "nectar", "coig-p", "ultrafeedback")
@@ -300,18 +304,6 @@ def child(way: str, name: str, folder: str, split: str, out: str, profile: str |
         work()
     timing["peak_kib"] = own_peak_kib()
     print(json.dumps(timing))
-
-
-def own_peak_kib() -> int | None:
-    """This process's peak resident set (``VmHWM``), in KiB; None where /proc does not say.
-    Not ``ru_maxrss``: Linux carries the parent's peak over a fork and exec into it."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
 
 
 def plain(entry, folder: str, split: str, out: str) -> tuple[int, float]:

@@ -53,7 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mfu import SHAPES, device_peak, non_embedding_parameters  # noqa: E402
+from mfu import SHAPES, device_peak, non_embedding_parameters, own_peak_kib  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("bt", "dual", "generative")
@@ -253,21 +253,10 @@ def run_worker(args) -> dict:
     if args.device.startswith("cuda"):
         peak = torch.cuda.max_memory_allocated()
     else:
-        peak = own_peak_kib() * 1024
+        peak = (own_peak_kib() or 0) * 1024
     return {"mode": mode, "steps": len(timed), "wall": timed[-1][0] - clock.marks[args.warmup][0], **totals,
             "loss": timed[-1][1]["loss"], "peak_bytes": peak, "trainable": run.trainable,
             "threads": torch.get_num_threads()}
-
-
-def own_peak_kib() -> int:
-    """This process's peak resident set (``VmHWM``), in KiB (0 where /proc does not say)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 # ---------------------------------------------------------------------------- the comparison

@@ -51,7 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_train import write_data  # noqa: E402
-from mfu import SHAPES, build  # noqa: E402
+from mfu import SHAPES, build, own_peak_kib  # noqa: E402
 
 GOAL = 10.0  # the goal on an H100-class GPU: TRL takes at least this many times cheems' time per epoch
 RUNS = ("cheems", "trl-defaults", "trl-tuned")
@@ -193,7 +193,8 @@ def worker(args) -> None:
     if args.device.startswith("cuda"):
         result["peak_bytes"] = torch.cuda.max_memory_allocated()
     else:
-        result["peak_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+        kib = own_peak_kib() or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        result["peak_bytes"] = kib * 1024
     Path(args.work, f"{args.worker}.json").write_text(json.dumps(result), encoding="utf-8")
 
 

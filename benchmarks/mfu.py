@@ -1,5 +1,6 @@
 """Shared pieces of the throughput benchmarks: model shapes, random-weight checkpoints, the
-FLOP count of a token and the device's peak, for model FLOPs utilisation (MFU).
+FLOP count of a token and the device's peak, for model FLOPs utilisation (MFU); a process's
+own peak memory.
 
 MFU = model FLOPs per token x tokens per second / the device's peak FLOP/s.
 
@@ -24,6 +25,19 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+
+
+def own_peak_kib() -> int | None:
+    """This process's peak resident set (``VmHWM``), in KiB; None where /proc does not say.
+    Not ``ru_maxrss``: Linux carries the parent's peak over a fork and exec into it, so a worker
+    started by a benchmark that built a model would report the builder's peak."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 SHAPES = {
     # hidden, layers, heads, kv heads, intermediate, vocab (None: the local tokenizer's)
