@@ -19,13 +19,14 @@ The standard library only at import: torch is imported inside the functions that
 
 from __future__ import annotations
 
+import contextlib
 import gc
-from typing import Callable
+from typing import Callable, Iterator
 
 from cheems.records import CheemsInputError
 
 __all__ = ["AUTO", "GRANULE", "HEADROOM", "free_cached_memory", "is_out_of_memory", "out_of_memory_error",
-           "probe_sequences", "probe_token_budget", "smaller_budget"]
+           "out_of_memory_said", "probe_sequences", "probe_token_budget", "smaller_budget"]
 
 AUTO = "auto"
 """The ``--token-budget`` value that asks for a probe."""
@@ -148,3 +149,17 @@ def out_of_memory_error(budget: int | None, tokens: int, *, auto: bool = False) 
         said = f"token budget {budget}" + (" (found by --token-budget auto)" if auto else "")
     return CheemsInputError(f"out of GPU memory on a forward batch of {tokens} tokens ({said}); {fix}",
                             field="token_budget")
+
+
+@contextlib.contextmanager
+def out_of_memory_said(where: Callable[[], tuple[int | None, int]], *, auto: bool = False) -> Iterator[None]:
+    """Running out of GPU memory inside the block becomes `out_of_memory_error`'s one line;
+    ``where()``, called then, gives (the token budget, the tokens of the batch that failed).
+    Any other error goes through."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001  (only out-of-memory errors are turned into a line)
+        if not is_out_of_memory(e):
+            raise
+        budget, tokens = where()
+        raise out_of_memory_error(budget, tokens, auto=auto) from None

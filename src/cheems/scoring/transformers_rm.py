@@ -14,7 +14,6 @@ head is ever computed.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -22,8 +21,7 @@ from typing import Callable, Iterator, Sequence
 from cheems.models.checkpoints import (best_attention, detect_layout, load_classifier, load_tensors, load_tokenizer,
                                        quiet_transformers, require_torch, resolve_dtype, value_head_source,
                                        weights_that_fit)
-from cheems.models.memory_budget import (AUTO, is_out_of_memory, out_of_memory_error, probe_sequences,
-                                         probe_token_budget)
+from cheems.models.memory_budget import AUTO, out_of_memory_said, probe_sequences, probe_token_budget
 from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, rewards_at,
                                    use_packed_attention)
 from cheems.models.sequences import (ConversationEncoder, EncodeStats, default_token_budget, pad_right, plan_batches,
@@ -143,7 +141,7 @@ def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int
     if not getattr(rm, "packing", False):
         for batch in plan_batches([len(x) for x in encoded], token_budget=budget, max_batch_size=batch_size):
             seqs = [encoded[i] for i in batch]
-            with _out_of_memory_said(budget, len(seqs) * max(map(len, seqs)), token_budget == AUTO):
+            with out_of_memory_said(lambda: (budget, len(seqs) * max(map(len, seqs))), auto=token_budget == AUTO):
                 values = rm.score_ids(seqs)
             yield batch, values
         return
@@ -161,20 +159,9 @@ def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int
             layout.append(list(range(len(seqs), len(seqs) + len(groups[g]))))
             seqs.extend(encoded[i] for i in groups[g])
         batch = [i for g in chosen for i in groups[g]]
-        with _out_of_memory_said(budget, sum(costs[g] for g in chosen), token_budget == AUTO):
+        with out_of_memory_said(lambda: (budget, sum(costs[g] for g in chosen)), auto=token_budget == AUTO):
             values = rm.score_packed(seqs, layout if share else [[k] for k in range(len(seqs))])
         yield batch, values
-
-
-@contextlib.contextmanager
-def _out_of_memory_said(budget: int, tokens: int, auto: bool):
-    """Out of GPU memory while scoring one batch of ``tokens`` tokens: one line naming the budget."""
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001  (only out-of-memory errors are turned into a line)
-        if not is_out_of_memory(e):
-            raise
-        raise out_of_memory_error(budget, tokens, auto=auto) from None
 
 
 PROBE_CEILING = 1 << 18

@@ -35,7 +35,6 @@ Needs the ``[train]`` extra (torch, transformers, accelerate, pyyaml; peft for L
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -43,7 +42,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from cheems.io import files_fingerprint, writes_into
-from cheems.models.memory_budget import AUTO, free_cached_memory, is_out_of_memory, out_of_memory_error
+from cheems.models.memory_budget import AUTO, free_cached_memory, out_of_memory_said
 from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, evaluate_weights
@@ -332,21 +331,6 @@ def _save_final_model_whole(run: TrainingRun) -> None:
 
 # ---------------------------------------------------------------------------- the recipe
 
-@contextlib.contextmanager
-def out_of_memory_said(where: Callable[[], tuple[int | None, int]], config: TrainConfig):
-    """Running out of GPU memory inside the block becomes one CheemsInputError naming the token
-    budget that failed and the one to try (`out_of_memory_error`); ``where()`` gives (the
-    budget, the tokens of the batch that failed). Checkpoints already written stay: a run
-    restarted with a smaller explicit budget starts again (its batches differ)."""
-    try:
-        yield
-    except Exception as e:  # noqa: BLE001  (only out-of-memory errors are turned into a line)
-        if not is_out_of_memory(e):
-            raise
-        budget, tokens = where()
-        raise out_of_memory_error(budget, tokens, auto=config.token_budget == AUTO) from None
-
-
 def train(config: TrainConfig, progress: Progress | None = None, notify: Notify | None = None) -> dict:
     """Train a reward model as ``config`` says; return a summary of the run.
 
@@ -422,7 +406,8 @@ def _train_run(run: TrainingRun, progress: Progress | None, notify: Notify | Non
     watch = SlowStepWatch(notify if run.accelerator.is_main_process else None)
     started = time.perf_counter()
     try:
-        with writes_into(config.output), out_of_memory_said(lambda: (run.token_budget, run.batch_tokens), config):
+        with writes_into(config.output), out_of_memory_said(lambda: (run.token_budget, run.batch_tokens),
+                                                            auto=config.token_budget == AUTO):
             for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
                 train_epoch(run, epoch, progress, watch)
             return finish_run(run, train_seconds=time.perf_counter() - started)
