@@ -18,7 +18,10 @@ from typing import Optional
 import typer
 from typer.core import TyperGroup
 
+from cheems.cli.coercion import install as _install_plain_coercion
 from cheems.formats import FORMAT_NAMES
+
+_install_plain_coercion()  # plain flag values converted without importing pydantic
 
 __all__ = ["COMMAND_MODULES", "FORMAT_HELP", "CommandGroup", "app", "load_commands"]
 
