@@ -334,3 +334,25 @@ def test_cli_trains_a_generative_judge(marker_task, tmp_path):
     summary = json.loads((tmp_path / "judge" / "train_summary.json").read_text(encoding="utf-8"))
     assert summary["objective"] == "generative" and summary["eval"]["pairs"] > 0
     assert load_verdict_template(tmp_path / "judge") == replace(SHORT, ties=False)
+
+
+def test_out_of_memory_is_one_line_naming_the_budget(marker_task, tmp_path, monkeypatch):
+    """Running out of GPU memory in a step of the generative recipe is the trainer's one line:
+    the budget that failed, the one to try."""
+    from cheems.training import generative
+
+    real, calls = generative.verdict_logits, []
+
+    def short_of_memory(model, seqs, **kw):
+        calls.append(len(seqs))
+        if len(calls) > 2:  # the first two forward batches run
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model, seqs, **kw)
+
+    monkeypatch.setattr(generative, "verdict_logits", short_of_memory)
+    with pytest.raises(CheemsInputError) as caught:
+        train_generative(config(task=marker_task, output=tmp_path / "judge", epochs=1, token_budget=1024,
+                                micro_batch_size=4))
+    message = str(caught.value)
+    assert "out of GPU memory on a forward batch of" in message and "(token budget 1024)" in message
+    assert "try --token-budget 768 or --token-budget auto" in message and len(calls) == 3

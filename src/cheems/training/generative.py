@@ -41,13 +41,14 @@ import torch
 from cheems.io import files_fingerprint, writes_into
 from cheems.llm.verdict_template import VerdictTemplate, save_verdict_template
 from cheems.models.checkpoints import quiet_transformers, unwrap_peft, weights_that_fit
+from cheems.models.memory_budget import AUTO, out_of_memory_said
 from cheems.models.sequences import device_tensor
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
 from cheems.training.batching import greedy_prompt_batches
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, score_in_shares
-from cheems.training.generative_loss import verdict_loss
+from cheems.training.generative_loss import verdict_terms
 from cheems.training.judge_data import (JudgeData, JudgeEvalSet, encode_judge_data, encode_judge_eval_set,
                                         judge_template_of, verdict_ids)
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, MetricsLog, check_resume, finished_summary,
@@ -223,6 +224,7 @@ class GenerativeRun:
     data_fingerprint: str
     step: int = 0
     trained_tokens: int = 0
+    batch_tokens: int = 0  # of the forward batch last started: named if it runs out of GPU memory
     last_eval: dict | None = None
     eval_step: int = -1
     epoch_loss: list[float] = field(default_factory=list)
@@ -337,14 +339,20 @@ def train_generative_epoch(run: GenerativeRun, epoch: int, progress: Progress | 
 def _optimizer_step(run: GenerativeRun, group: list[list[int]], epoch_position: float) -> dict:
     """One optimizer step over the forward batches of ``group``; returns the step's ``loss``
     (mean over the batches), ``accuracy`` (examples whose likeliest verdict is right),
-    ``examples``, ``lr`` and ``epoch``."""
-    loss_sum, right, examples = 0.0, 0, 0
+    ``examples``, ``lr`` and ``epoch``. The batches' losses and right counts stay on the
+    device until the step is done: one read per step, not one per forward batch."""
+    import torch
+
+    losses, rights, examples = [], [], 0
     for batch in group:
-        loss, terms = _forward_backward(run, batch)
-        loss_sum += loss / len(group)
-        right += terms["right"]
-        examples += terms["examples"]
+        loss, right, counted = _forward_backward(run, batch)
+        losses.append(loss)
+        rights.append(right)
+        examples += counted
     lr = optimizer_update(run.accelerator, run.model, run.optimizer, run.scheduler)
+    loss_sum = sum(losses[1:], losses[0]) / len(group)
+    loss_sum, right = torch.stack([loss_sum.float(), sum(rights[1:], rights[0]).float()]).tolist()
+    right = round(right)
     run.step += 1
     run.epoch_loss.append(loss_sum)
     if examples:
@@ -362,24 +370,25 @@ def _my_part(batch: list[int], ids: list[list[int]], n: int, rank: int) -> tuple
     return (part, len(part)) if part else (ordered[:1], 0)
 
 
-def _forward_backward(run: GenerativeRun, batch: list[int]) -> tuple[float, dict]:
-    """Forward and backward of this process's part of one forward batch. The loss is scaled by
-    (its examples x processes / the batch's examples), so the data-parallel mean of the
-    gradients is the gradient of the mean loss over the whole batch."""
+def _forward_backward(run: GenerativeRun, batch: list[int]):
+    """Forward and backward of this process's part of one forward batch: ``(loss, right,
+    counted)``, the part's loss and its right verdicts as detached device tensors, and how many
+    of its examples count. The loss is scaled by (its examples x processes / the batch's
+    examples), so the data-parallel mean of the gradients is the gradient of the mean loss
+    over the whole batch."""
     accelerator, data = run.accelerator, run.data
     device, n_proc = accelerator.device, accelerator.num_processes
     mine, counted = _my_part(batch, data.ids, n_proc, accelerator.process_index)
+    run.batch_tokens = sum(len(data.ids[i]) for i in mine)
     with accelerator.accumulate(run.model):
         with accelerator.autocast():
             logits = verdict_logits(run.model, [data.ids[i] for i in mine], packing=run.config.packing,
                                     pad_id=run.tokenizer.pad_token_id, device=device)  # (part, V)
         targets = device_tensor([data.targets[i] for i in mine], device)
-        loss, terms = verdict_loss(logits, targets, device_tensor(run.letters, device),
-                                   run.config.label_smoothing)
+        loss, right = verdict_terms(logits, targets, device_tensor(run.letters, device), run.config.label_smoothing)
         accelerator.backward(loss * (counted * n_proc / len(batch)))  # scaled by 1 / gradient_accumulation
     run.trained_tokens += sum(len(data.ids[i]) for i in batch)
-    right = round(terms["accuracy"] * terms["examples"]) if counted else 0
-    return loss.item(), {"right": right, "examples": counted}
+    return loss.detach(), right if counted else right * 0, counted
 
 
 # ---------------------------------------------------------------------------- the finish
@@ -445,7 +454,8 @@ def train_generative(config: TrainConfig, progress: Progress | None = None, noti
         return done
     run = setup_generative_run(config, notify, data_fingerprint=data_fingerprint)
     started = time.perf_counter()
-    with writes_into(config.output):
+    with writes_into(config.output), out_of_memory_said(lambda: (run.token_budget, run.batch_tokens),
+                                                        auto=config.token_budget == AUTO):
         for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
             train_generative_epoch(run, epoch, progress)
         summary = finish_generative_run(run, train_seconds=time.perf_counter() - started)

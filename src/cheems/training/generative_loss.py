@@ -10,7 +10,7 @@ right verdict and ``eps / K`` on each of the K verdicts (label smoothing, Szeged
 
 from __future__ import annotations
 
-__all__ = ["verdict_loss"]
+__all__ = ["verdict_loss", "verdict_terms"]
 
 
 def verdict_loss(logits, targets, verdict_ids, smoothing: float = 0.1):
@@ -29,13 +29,22 @@ def verdict_loss(logits, targets, verdict_ids, smoothing: float = 0.1):
     ``accuracy`` is the share of examples whose most probable verdict is the right one. No
     example gives a zero loss (connected to ``logits``) and accuracy NaN.
     """
+    n = int(targets.numel())
+    loss, right = verdict_terms(logits, targets, verdict_ids, smoothing)
+    accuracy = right.item() / n if n else float("nan")
+    return loss, {"verdict_loss": loss.item(), "accuracy": accuracy, "examples": n}
+
+
+def verdict_terms(logits, targets, verdict_ids, smoothing: float = 0.1):
+    """`verdict_loss` with the count of right verdicts left on the device, so that a training
+    step reads it once rather than waiting for the GPU after every forward batch:
+    ``(loss, right)``, ``right`` a detached float tensor (0 for no example)."""
     if logits.shape[0] == 0:
         zero = logits.sum() * 0.0
-        return zero, {"verdict_loss": 0.0, "accuracy": float("nan"), "examples": 0}
+        return zero, zero.detach()
     log_p = logits.float().log_softmax(dim=-1)  # (n, V)
     at_verdicts = log_p[:, verdict_ids]  # (n, K)
-    right = at_verdicts.gather(1, targets[:, None]).squeeze(1)  # (n,)
+    picked = at_verdicts.gather(1, targets[:, None]).squeeze(1)  # (n,)
     k = at_verdicts.shape[1]
-    loss = -((1.0 - smoothing) * right + (smoothing / k) * at_verdicts.sum(dim=1)).mean()
-    accuracy = (at_verdicts.argmax(dim=1) == targets).float().mean().item()
-    return loss, {"verdict_loss": loss.item(), "accuracy": accuracy, "examples": int(targets.numel())}
+    loss = -((1.0 - smoothing) * picked + (smoothing / k) * at_verdicts.sum(dim=1)).mean()
+    return loss, (at_verdicts.argmax(dim=1) == targets).float().sum().detach()
