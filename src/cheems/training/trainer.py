@@ -47,6 +47,7 @@ from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, evaluate_weights
 from cheems.training.loss import bradley_terry_terms, dual_loss, lm_loss
+from cheems.training.oom_retry import MemoryCap, pieces_forward_backward, resumed_budget
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, finished_summary, save_checkpoint, save_final_model,
                                            save_model_whole, write_summary)
 from cheems.training.recipe_setup import (DROPPED_WARNING_SHARE, MAX_GRAD_NORM, MISSING_EXTRA, Notify, TrainingRun,
@@ -169,21 +170,24 @@ def _due(every: int, step: int, end_of_epoch: bool) -> bool:
 
 
 def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None,
-                watch: SlowStepWatch | None = None) -> None:
+                watch: SlowStepWatch | None = None, cap: MemoryCap | None = None) -> None:
     """One epoch of optimizer steps (its batches planned with ``seed + epoch``), skipping the
     steps done before the checkpoint the run resumed from. After each step: evaluate and
     checkpoint when due, log, and call ``progress`` (see `train`) on the main process.
-    ``watch`` times the steps (not the evaluations and checkpoints between them)."""
+    ``watch`` times the steps (not the evaluations and checkpoints between them). ``cap``:
+    the batches are planned with ``cap.planned`` and a step that runs out of memory goes on
+    at a lower budget when it allows (:mod:`cheems.training.oom_retry`)."""
     config, accelerator = run.config, run.accelerator
+    planned = cap.planned if cap is not None else run.token_budget
     batches = run.first_batches if epoch == 0 else epoch_batches(run.data, config, accelerator.num_processes, epoch,
-                                                                 run.token_budget)
+                                                                 planned)
     groups = step_groups(batches, config.gradient_accumulation)
     run.epoch_loss, run.epoch_right, run.epoch_lm_loss = [], [], []
     for g, group in enumerate(groups):
         if epoch * run.steps_per_epoch + g < run.step:
             continue  # done before the checkpoint we resumed from
         position = epoch + (g + 1) / len(groups)
-        step = (lambda: _optimizer_step(run, group, epoch_position=position))  # noqa: B023  (called at once)
+        step = (lambda: _optimizer_step(run, group, epoch_position=position, cap=cap))  # noqa: B023  (called at once)
         stats = watch.time(run.step + 1, step) if watch is not None else step()
         end_of_epoch = g == len(groups) - 1
         if _due(config.eval_every, run.step, end_of_epoch):
@@ -194,25 +198,20 @@ def train_epoch(run: TrainingRun, epoch: int, progress: Progress | None = None,
                          if stats.get("eval") else {}))
         if _due(config.save_every, run.step, end_of_epoch):
             save_checkpoint(accelerator, run.output, run.step, epoch, run.reward_model, run.tokenizer, config,
-                            data_fingerprint=run.data_fingerprint, total_steps=run.total_steps,
-                            token_budget=run.token_budget)
+                            data_fingerprint=run.data_fingerprint, total_steps=run.total_steps, token_budget=planned,
+                            lowered_token_budget=run.token_budget if cap is not None and cap.lowered else None)
         if progress and accelerator.is_main_process:
             progress(run.step, run.total_steps, stats)
 
 
-def _optimizer_step(run: TrainingRun, group: list[list[int]], epoch_position: float) -> dict:
-    """One optimizer step over the forward batches of ``group``: forward and backward each,
-    clip, AdamW, scheduler. Returns the step's ``loss``, ``pair_loss``, ``reg`` (and for dual
-    ``lm_loss``; means over the batches), ``accuracy``, ``pairs``, ``lr`` and ``epoch``
-    (``epoch_position``). The terms stay on the device until the step is queued whole: the
-    host reads them once per step, so it never waits for the GPU between forward batches."""
-    sums: dict = {}
-    pairs = 0
-    for batch in group:
-        terms, n_pairs = _forward_backward(run, batch)
-        for k, v in terms.items():
-            sums[k] = sums[k] + v if k in sums else v
-        pairs += n_pairs
+def _optimizer_step(run: TrainingRun, group: list[list[int]], epoch_position: float,
+                    cap: MemoryCap | None = None) -> dict:
+    """One optimizer step over the forward batches of ``group``: forward and backward each
+    (`_step_gradients`), clip, AdamW, scheduler. Returns the step's ``loss``, ``pair_loss``,
+    ``reg`` (and for dual ``lm_loss``; means over the batches), ``accuracy``, ``pairs``, ``lr``
+    and ``epoch`` (``epoch_position``). The terms stay on the device until the step is queued
+    whole: the host reads them once per step, so it never waits for the GPU between forward batches."""
+    sums, pairs = _step_gradients(run, group, cap)
     lr = optimizer_update(run.accelerator, run.reward_model, run.optimizer, run.scheduler)
     read = {k: v.item() for k, v in sums.items()}  # the one wait for the device in a step
     means = {k: read[k] / len(group) for k in ("loss", "pair_loss", "reg", "lm_loss") if k in read}
@@ -227,6 +226,35 @@ def _optimizer_step(run: TrainingRun, group: list[list[int]], epoch_position: fl
             "epoch": epoch_position}
 
 
+def _step_gradients(run: TrainingRun, group: list[list[int]], cap: MemoryCap | None) -> tuple[dict, int]:
+    """The gradients of one step, accumulated over the forward batches of ``group``; their
+    terms summed (device tensors) and pairs counted. When a batch runs out of memory and
+    ``cap`` allows going on (`MemoryCap.can_go_on`), the attempt's gradients are dropped, its
+    memory freed, the run's budget lowered (`MemoryCap.lower`, a note) and the step done again
+    from its first batch, batches over the lowered budget in pieces (`pieces_forward_backward`):
+    the same pairs, the same loss."""
+    accelerator = run.accelerator
+    before = accelerator.step, run.trained_tokens  # accelerate's count of batches decides when the optimizer steps
+    while True:
+        try:
+            sums: dict = {}
+            pairs = 0
+            for batch in group:
+                terms, n_pairs = _forward_backward(run, batch, cap)
+                for k, v in terms.items():
+                    sums[k] = sums[k] + v if k in sums else v
+                pairs += n_pairs
+            return sums, pairs
+        except Exception as e:  # noqa: BLE001  (only running out of memory is answered)
+            first_step = run.step == run.start_step == 0 and bool(run.token_budget)  # `train` probes again
+            if cap is None or not cap.can_go_on(e, first_step):
+                raise
+        run.reward_model.zero_grad(set_to_none=True)  # the attempt's activations went with the error
+        accelerator.step, run.trained_tokens = before
+        free_cached_memory()
+        run.token_budget = cap.lower(run.token_budget, run.batch_tokens, run.step + 1)
+
+
 def _lm_starts(parts: list[list[int]], rank: int, starts: list[int | None]) -> list[int | None]:
     """The response starts (`TrainingData.response_starts`) of process ``rank``'s sequences, None
     for a sequence another process (or an earlier place) holds too: only its first copy trains
@@ -239,14 +267,15 @@ def _lm_starts(parts: list[list[int]], rank: int, starts: list[int | None]) -> l
     return out
 
 
-def _forward_backward(run: TrainingRun, batch: list[int]) -> tuple[dict, int]:
+def _forward_backward(run: TrainingRun, batch: list[int], cap: MemoryCap | None = None) -> tuple[dict, int]:
     """Forward and backward of one forward batch: this process scores its part, the rewards
     are gathered across processes, and the loss covers every pair inside the whole batch.
     For dual, the same forward gives the LM logits of this process's best responses, and the
     loss is `dual_loss` of the two (the LM loss a mean over this process's tokens; the
     data-parallel gradient average takes the mean over processes). Returns the batch's
     ``loss``, ``pair_loss``, ``reg``, ``right`` (and for dual ``lm_loss``) as detached device
-    tensors (`bradley_terry_terms`), and its number of pairs."""
+    tensors (`bradley_terry_terms`), and its number of pairs. After ``cap`` was lowered, a batch
+    over the budget runs in pieces (`pieces_forward_backward`)."""
     from cheems.models.sequences import device_tensor
     from cheems.training.reward_model import gather_rewards
 
@@ -254,6 +283,12 @@ def _forward_backward(run: TrainingRun, batch: list[int]) -> tuple[dict, int]:
     device, n_proc, rank = accelerator.device, accelerator.num_processes, accelerator.process_index
     parts = _deal(batch, run.lengths, n_proc)
     first_copies, better, worse = _pairs_in(parts, run.data, run.where)
+    if cap is not None and cap.auto:  # one process: parts == [batch in some order]
+        rows = parts[0]
+        pieces = cap.pieces(run.token_budget, rows, [(rows[b], rows[w]) for b, w in zip(better, worse)],
+                            run.lengths, run.config.packing)
+        if pieces is not None:
+            return pieces_forward_backward(run, rows, pieces, len(better), cap)
     seqs = [run.data.ids[i] for i in parts[rank]]
     run.batch_tokens = sum(map(len, seqs))  # named if the batch runs out of memory
     with accelerator.accumulate(run.reward_model):  # DDP syncs on the group's last batch only
@@ -352,7 +387,9 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     over the last epoch), ``eval`` (final metrics or None), ``output`` and ``resumed_from``
     (the step resumed from, or None). ``notify(line)`` receives warnings found before
     training starts (many sequences over ``max_length``) and, once, a note when a step takes
-    far longer than the first ones did (`SlowStepWatch`: a busy machine). An output that
+    far longer than the first ones did (`SlowStepWatch`: a busy machine), and with
+    ``--token-budget auto`` a note each time running out of GPU memory lowers the budget
+    (:mod:`cheems.training.oom_retry`). An output that
     cannot be written (a full disk) is one CheemsInputError naming the output folder. With
     ``resume`` on a run that has already finished, nothing is trained: its summary comes back
     with ``already_finished``.
@@ -400,19 +437,36 @@ class _ProbeAgain(Exception):
 
 def _train_run(run: TrainingRun, progress: Progress | None, notify: Notify | None) -> dict:
     """The epochs of a run set up, then its finish; the summary. Out of GPU memory becomes one
-    line (`out_of_memory_said`), or with ``--token-budget auto`` before the run's first step
-    was done (nothing saved yet, one process), `_ProbeAgain`."""
+    line (`out_of_memory_said`), or with ``--token-budget auto`` and one process, before the
+    run's first step was done (nothing saved yet) `_ProbeAgain`, later a lower budget
+    (`_memory_cap`, :mod:`cheems.training.oom_retry`)."""
     config = run.config
     watch = SlowStepWatch(notify if run.accelerator.is_main_process else None)
+    cap = _memory_cap(run, notify)
     started = time.perf_counter()
     try:
         with writes_into(config.output), out_of_memory_said(lambda: (run.token_budget, run.batch_tokens),
                                                             auto=config.token_budget == AUTO):
             for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
-                train_epoch(run, epoch, progress, watch)
+                train_epoch(run, epoch, progress, watch, cap)
             return finish_run(run, train_seconds=time.perf_counter() - started)
     except CheemsInputError as e:
-        first_step = run.step == run.start_step == 0 and run.accelerator.num_processes == 1
+        first_step = run.step == run.start_step == 0 and run.accelerator.num_processes == 1 and not cap.lowered
         if e.field == "token_budget" and config.token_budget == AUTO and first_step and run.token_budget:
             raise _ProbeAgain(run.token_budget, run.batch_tokens) from None
         raise
+
+
+def _memory_cap(run: TrainingRun, notify: Notify | None) -> MemoryCap:
+    """The run's `MemoryCap`: the batches planned with the budget `setup_run` found; going on
+    at a lower budget after running out of memory with ``--token-budget auto`` on one process
+    (several processes, DeepSpeed, FSDP: the one line); a resumed run goes on at the budget
+    its checkpoint was lowered to."""
+    accelerator = run.accelerator
+    auto = run.config.token_budget == AUTO and accelerator.num_processes == 1 and \
+        accelerator.distributed_type.value == "NO"
+    cap = MemoryCap(planned=run.token_budget, auto=auto, notify=notify if accelerator.is_main_process else None)
+    lowered = resumed_budget(run.output, run.start_step) if auto and run.start_step else None
+    if lowered is not None:
+        run.token_budget, cap.lowered = lowered, True
+    return cap
