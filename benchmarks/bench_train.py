@@ -21,7 +21,10 @@ The data is the bundled sample's prompts, each drawn again and again as a prompt
 (a number added to its text) with its responses (each repeated 1..--repeat-text times, to
 reach realistic lengths) so the run is long enough to time; one epoch, one forward
 batch per optimizer step, no evaluation or checkpoints inside the timed loop. tokens/s counts
-real tokens (padding excluded) over the training loop's wall time.
+real tokens (padding excluded) over the training loop's wall time: the tokens of the training
+sequences, whole. Packed rows lay the tokens a prompt's responses share (chat template and
+prompt) down once (`share_prefix`, off with --no-share-prefix), so they compute fewer tokens
+than they train on; the line says how many, and MFU counts the tokens computed.
 """
 
 from __future__ import annotations
@@ -139,6 +142,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--data", action="append", default=None, metavar="FILE",
                     help="train on these prompts as they are (cheems rows, or {conversations, chosen, rejected} "
                          "pairs, JSON or JSONL; repeat for several files) instead of the drawn sample")
+    ap.add_argument("--no-share-prefix", action="store_true",
+                    help="packed rows hold every sequence whole (by default a prompt's shared tokens are laid "
+                         "down once per row)")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch's CPU threads (sets OMP_NUM_THREADS, which training heeds; default: the cores)")
     return ap.parse_args()
@@ -190,14 +196,17 @@ def main() -> None:
                                  gradient_accumulation=1, bf16=args.bf16, token_budget=args.token_budget,
                                  max_length=args.max_length, save_every=10 ** 9,
                                  gradient_checkpointing=args.gradient_checkpointing, lora_r=args.lora_r,
-                                 packing=mode == "packed", liger_kernels=args.liger_kernels, compile=args.compile)
+                                 packing=mode == "packed", liger_kernels=args.liger_kernels, compile=args.compile,
+                                 share_prefix=not args.no_share_prefix)
             progress = Profiled(f"{args.profile}.{mode}.txt", args.device) if args.profile else None
             t, cpu = time.perf_counter(), time.process_time()
             s = train(config, progress=progress)
             wall, cpu = time.perf_counter() - t, time.process_time() - cpu
             results[mode] = s["tokens_per_s"]
-            print(f"{mode:>6}: {s['tokens_per_s']:12,.0f} tokens/s  padding {s['padding_share']:6.1%}  "
-                  f"MFU {mfu(shape, context, factor, s['tokens_per_s'], peak):6.2%}  "
+            computed = s.get("computed_tokens_per_s") or s["tokens_per_s"]
+            shared = f" ({computed:,.0f} computed: shared prefixes once)" if computed < 0.999 * s["tokens_per_s"] else ""
+            print(f"{mode:>6}: {s['tokens_per_s']:12,.0f} tokens/s{shared}  padding {s['padding_share']:6.1%}  "
+                  f"MFU {mfu(shape, context, factor, computed, peak):6.2%}  "
                   f"{s['steps']} steps ({real_tokens / s['steps']:,.0f} real tokens each), "
                   f"pair coverage {s['pair_coverage']:.1%}, loss {s['train_loss']:.4f}, "
                   f"wall {wall:.1f} s, CPU {cpu:.1f} s")

@@ -103,7 +103,8 @@ def test_cuda_packed_and_shared_scores_equal_padded_scores(bf16_model, backend, 
 @pytest.mark.parametrize("arch", ["qwen2", "llama"])
 @pytest.mark.parametrize("precision", ["bf16", "autocast"])
 def test_cuda_packed_training_gives_the_padded_loss_and_gradients(backend, arch, precision, monkeypatch):
-    """bf16 weights, or float32 weights under bf16 autocast (how `cheems train --bf16` runs)."""
+    """bf16 weights, or float32 weights under bf16 autocast (how `cheems train --bf16` runs);
+    packed rows with and without a prompt's shared prefix laid down once."""
     import contextlib
     import copy
 
@@ -115,21 +116,26 @@ def test_cuda_packed_training_gives_the_padded_loss_and_gradients(backend, arch,
                else contextlib.nullcontext)
     packed = copy.deepcopy(padded)
     assert use_packed_attention(packed.inner)
+    shared = copy.deepcopy(packed)
     g = torch.Generator().manual_seed(5)
     seqs = [torch.randint(1, 120, (n,), generator=g).tolist() for n in (5, 170, 90, 1, 120, 300)]
+    seqs[4] = seqs[1][:100] + seqs[4][100:]  # sequences 1, 4 and 5 answer one prompt of 100 tokens
+    seqs[5] = seqs[1][:100] + seqs[5][100:]
+    groups = [[0], [1, 4, 5], [2], [3]]  # as `cheems train` groups a packed row by prompt (share_prefix)
     better, worse = torch.tensor([0, 1, 2, 4], device="cuda"), torch.tensor([1, 3, 5, 5], device="cuda")
     results = []
-    for m, packing in ((padded, False), (packed, True)):
+    for m, packing, layout in ((padded, False, None), (packed, True, None), (shared, True, groups)):
         m.train()
         m.zero_grad()
         with context():
-            rewards = batch_rewards(m, seqs, packing=packing, pad_id=0, device="cuda")
+            rewards = batch_rewards(m, seqs, packing=packing, pad_id=0, device="cuda", groups=layout)
         loss, _ = bradley_terry_loss(rewards.float(), better, worse, reg_coef=0.1)
         loss.backward()
         results.append((rewards.detach(), loss.detach(), {n: p.grad.clone() for n, p in m.named_parameters()
                                                            if p.grad is not None}))
-    (r0, l0, g0), (r1, l1, g1) = results
-    assert relative_error(r1, r0) < 3e-2 and abs(l1.item() - l0.item()) < 2e-2
-    assert g0.keys() == g1.keys() and len(g0) > 10
+    (r0, l0, g0), *others = results
     flat = lambda grads: torch.cat([grads[n].float().flatten() for n in sorted(grads)])  # noqa: E731
-    assert relative_error(flat(g1), flat(g0)) < 5e-2
+    for r1, l1, g1 in others:
+        assert relative_error(r1, r0) < 3e-2 and abs(l1.item() - l0.item()) < 2e-2
+        assert g0.keys() == g1.keys() and len(g0) > 10
+        assert relative_error(flat(g1), flat(g0)) < 5e-2

@@ -62,6 +62,9 @@ class TrainConfig:
                                              "auto: the largest batch that fits the GPU, probed before training")
     packing: bool = setting(True, help="Concatenate each forward batch into one row with no padding "
                             "(--no-packing pads to the longest sequence)")
+    share_prefix: bool = setting(True, help="With packing and the bt objective, lay the tokens a prompt's "
+                                 "responses share (chat template and prompt) down once in the row; the same "
+                                 "rewards and gradients, fewer tokens computed")
     liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
     compile: bool = setting(False, help="torch.compile each decoder layer")
     lora_r: int = setting(0, min=0, default_text="0, train every weight",

@@ -18,10 +18,12 @@ from cheems.training.training_data import EvalSet
 __all__ = ["batch_rewards", "evaluate_weights", "score_in_shares"]
 
 
-def batch_rewards(reward_model, seqs: list[list[int]], *, packing: bool, pad_id: int, device):
-    """The rewards (n,) of token sequences ``seqs``: one packed row, or one right-padded batch."""
+def batch_rewards(reward_model, seqs: list[list[int]], *, packing: bool, pad_id: int, device,
+                  groups: list[list[int]] | None = None):
+    """The rewards (n,) of token sequences ``seqs``: one packed row (each of ``groups``, lists
+    of indices into ``seqs``, laying its common prefix down once), or one right-padded batch."""
     if packing:
-        batch = pack_sequences(seqs, device, backend=packed_backend(device))
+        batch = pack_sequences(seqs, device, groups=groups, backend=packed_backend(device))
         return reward_model(batch.input_ids, packing=batch)
     return reward_model(*pad_right(seqs, pad_id, device))
 

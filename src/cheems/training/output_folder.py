@@ -111,7 +111,8 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
     accelerator.wait_for_everyone()
 
 
-RESUMABLE_CHANGES = frozenset({"resume", "eval", "eval_every", "save_every", "liger_kernels", "compile"})
+RESUMABLE_CHANGES = frozenset({"resume", "eval", "eval_every", "save_every", "liger_kernels", "compile",
+                               "share_prefix"})
 """Settings a resumed run may change: they decide what is watched and kept, or how fast the same
 arithmetic runs, not what is learnt."""
 

@@ -230,6 +230,7 @@ class TrainingRun:
     # advanced by the loop
     step: int = 0
     trained_tokens: int = 0  # real tokens forwarded, all processes
+    computed_tokens: int = 0  # of those, the tokens the model computed (a shared prefix counted once)
     batch_tokens: int = 0  # tokens of this process's latest forward batch (named when it runs out of memory)
     last_eval: dict | None = None
     eval_step: int = -1  # the step last_eval is of

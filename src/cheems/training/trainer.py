@@ -39,7 +39,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 from cheems.io import files_fingerprint, writes_into
 from cheems.models.memory_budget import AUTO, free_cached_memory, out_of_memory_said
@@ -255,6 +255,31 @@ def _step_gradients(run: TrainingRun, group: list[list[int]], cap: MemoryCap | N
         run.token_budget = cap.lower(run.token_budget, run.batch_tokens, run.step + 1)
 
 
+def _shares_prefix(config: TrainConfig) -> bool:
+    """Whether a forward batch lays each prompt's shared tokens down once: packed rows, the
+    ``bt`` objective (dual reads LM targets at row positions of whole sequences)."""
+    return config.packing and config.share_prefix and config.objective == "bt"
+
+
+def _prompt_groups(rows: Sequence[int], items: Sequence[tuple[int, int, int]]) -> list[list[int]]:
+    """Positions in ``rows`` (indices into the training items) grouped by the prompt their
+    sequence answers, in order of first appearance: the groups of `pack_sequences`, whose
+    members share the chat template and the prompt."""
+    by_prompt: dict[int, list[int]] = {}
+    for k, i in enumerate(rows):
+        by_prompt.setdefault(items[i][0], []).append(k)
+    return list(by_prompt.values())
+
+
+def _row_tokens(run: TrainingRun, parts: list[list[int]]) -> int:
+    """Tokens in the packed rows of every process's part, each group's prefix counted once."""
+    from cheems.models.packing import packed_cost
+
+    ids = run.data.ids
+    return sum(packed_cost([ids[part[k]] for k in group], True)
+               for part in parts for group in _prompt_groups(part, run.data.items))
+
+
 def _lm_starts(parts: list[list[int]], rank: int, starts: list[int | None]) -> list[int | None]:
     """The response starts (`TrainingData.response_starts`) of process ``rank``'s sequences, None
     for a sequence another process (or an earlier place) holds too: only its first copy trains
@@ -290,6 +315,7 @@ def _forward_backward(run: TrainingRun, batch: list[int], cap: MemoryCap | None 
         if pieces is not None:
             return pieces_forward_backward(run, rows, pieces, len(better), cap)
     seqs = [run.data.ids[i] for i in parts[rank]]
+    groups = _prompt_groups(parts[rank], run.data.items) if _shares_prefix(run.config) else None
     run.batch_tokens = sum(map(len, seqs))  # named if the batch runs out of memory
     with accelerator.accumulate(run.reward_model):  # DDP syncs on the group's last batch only
         with accelerator.autocast():
@@ -300,7 +326,7 @@ def _forward_backward(run: TrainingRun, batch: list[int], cap: MemoryCap | None 
                     run.reward_model, seqs, _lm_starts(parts, rank, run.data.response_starts),
                     packing=run.config.packing, pad_id=run.tokenizer.pad_token_id, device=device)
             else:
-                rewards = batch_rewards(run.reward_model, seqs, packing=run.config.packing,
+                rewards = batch_rewards(run.reward_model, seqs, packing=run.config.packing, groups=groups,
                                         pad_id=run.tokenizer.pad_token_id, device=device)  # (this process's part,)
         if n_proc > 1:
             rewards = gather_rewards(rewards, [len(p) for p in parts], rank)  # (whole batch,)
@@ -313,6 +339,7 @@ def _forward_backward(run: TrainingRun, batch: list[int], cap: MemoryCap | None 
             terms = {**terms, "lm_loss": gen.detach()}
         accelerator.backward(loss)  # scaled by 1 / gradient_accumulation
     run.trained_tokens += sum(run.lengths[i] for i in batch)
+    run.computed_tokens += _row_tokens(run, parts) if groups is not None else sum(run.lengths[i] for i in batch)
     return {**terms, "loss": loss.detach()}, len(better)
 
 
@@ -333,6 +360,8 @@ def finish_run(run: TrainingRun, train_seconds: float) -> dict:
         "truncated_sequences": data.truncated, "processes": run.accelerator.num_processes,
         "trainable_parameters": run.trainable,
         "tokens_per_s": run.trained_tokens / train_seconds if run.trained_tokens and train_seconds > 0 else None,
+        "computed_tokens_per_s": (run.computed_tokens / train_seconds if run.computed_tokens and train_seconds > 0
+                                  else None),
         "train_loss": sum(run.epoch_loss) / len(run.epoch_loss) if run.epoch_loss else None,
         "train_accuracy": right / pairs if run.epoch_right else None,
         "eval": run.last_eval, "output": str(run.output), "resumed_from": run.start_step or None,
@@ -383,7 +412,9 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     ``pair_coverage`` and ``padding_share`` (of the first epoch's batches, see
     `batch_stats`), ``sequences``, ``dropped_sequences``, ``dropped_pairs``,
     ``truncated_sequences``, ``processes``, ``trainable_parameters``, ``tokens_per_s`` (real
-    tokens trained on per second, all processes), ``train_loss`` / ``train_accuracy`` (mean
+    tokens trained on per second, all processes), ``computed_tokens_per_s`` (of those, the
+    tokens the model computed: fewer when prompts' shared prefixes are laid down once,
+    ``share_prefix``), ``train_loss`` / ``train_accuracy`` (mean
     over the last epoch), ``eval`` (final metrics or None), ``output`` and ``resumed_from``
     (the step resumed from, or None). ``notify(line)`` receives warnings found before
     training starts (many sequences over ``max_length``) and, once, a note when a step takes
