@@ -313,3 +313,23 @@ def test_every_command_is_listed_under_its_module():
         else:
             fn = command.callback
         assert inspect.unwrap(fn).__module__ == COMMAND_MODULES[name], name
+
+
+@pytest.mark.parametrize("depth", [99, 100, 101, 102])
+@pytest.mark.parametrize("shape", ["lists", "objects"])
+def test_the_shortest_rows_at_the_nesting_limit(tmp_path, depth, shape):
+    """The shortest row nesting ``depth`` levels (the length check before counting brackets is
+    exact at the limit): refused past 100 levels by both readers, read at 100."""
+    from cheems.formats.rows import iter_rows, row_chunks
+    from cheems.records import CheemsInputError
+
+    row = "[" * depth + "]" * depth if shape == "lists" else '{"a":' * (depth - 1) + "{}" + "}" * (depth - 1)
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"id": "q"}\n' + row + "\n", encoding="utf-8")
+    if depth <= 100:
+        assert len(list(iter_rows(path))) == 2 and sum(map(len, row_chunks(path, 64))) == 2
+        return
+    with pytest.raises(CheemsInputError, match="nests deeper than 100 levels"):
+        list(iter_rows(path))
+    with pytest.raises(NotPlain):
+        list(row_chunks(path, 64))

@@ -115,10 +115,15 @@ def _parse_line(line: bytes, name: str, lineno: int) -> tuple[Any, CheemsInputEr
     return obj, None
 
 
+_SHALLOW_BYTES = 2 * MAX_JSON_DEPTH + 1
+"""A JSON text this short cannot nest past MAX_JSON_DEPTH: that takes MAX_JSON_DEPTH + 1 opening
+brackets and as many closing ones."""
+
+
 def _may_nest_deep(raw: bytes) -> bool:
-    """Whether ``raw`` holds enough brackets to nest past MAX_JSON_DEPTH (counted in C; only
-    then is the parsed value walked)."""
-    return raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
+    """Whether ``raw`` holds enough brackets to nest past MAX_JSON_DEPTH (counted in C, and
+    only in a line long enough to; only then is the parsed value walked)."""
+    return len(raw) > _SHALLOW_BYTES and raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
 
 
 def _value_error(obj: Any, name: str, lineno: int, *, strings: bool) -> CheemsInputError | None:
