@@ -9,26 +9,8 @@
 # --token-budget auto through `cheems train`, and cheems against TRL's RewardTrainer (needs
 # `pip install trl`). Each step has its own time limit and a failed step does not stop the next;
 # every step's output goes to LOG_DIR (default: benchmarks/logs).
-set -u
-logs=${1:-benchmarks/logs}
-mkdir -p "$logs"
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-py=${PYTHON:-python3}
-liger=()
-$py -c "import liger_kernel" 2>/dev/null && liger=(--liger-kernels)
-source "$(dirname "$0")/gpu_step.sh"  # step NAME SECONDS COMMAND...
+source "$(dirname "$0")/gpu_step.sh" "$@"  # $logs, $py, $liger; step NAME SECONDS COMMAND...
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-$py - <<'PY'
-import importlib
-found = []
-for name in ("torch", "transformers", "accelerate", "peft", "liger_kernel", "trl", "datasets", "pyarrow", "fastapi"):
-    try:
-        found.append(f"{name} {getattr(importlib.import_module(name), '__version__', '?')}")
-    except Exception as e:  # a missing package is a line, not a stop
-        found.append(f"{name} missing ({type(e).__name__})")
-print(", ".join(found))
-PY
 work=$(mktemp -d)
 model="$work/0.5b"
 STEP_LINES=6 step cuda-tests 45 $py -m pytest -q -x -p no:cacheprovider tests/test_packing_cuda.py -k "scores or autocast"

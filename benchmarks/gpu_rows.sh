@@ -7,18 +7,8 @@
 # its test. Each step has its own time limit and a failed step does not stop the next; every
 # step's output goes to LOG_DIR (default: benchmarks/logs). Liger's kernels are used when
 # liger-kernel imports.
-set -u
-logs=${1:-benchmarks/logs}
-mkdir -p "$logs"
-export PYTHONUNBUFFERED=1
-py=${PYTHON:-python3}
-liger=()
-$py -c "import liger_kernel" 2>/dev/null && liger=(--liger-kernels)
 
-source "$(dirname "$0")/gpu_step.sh"  # step NAME SECONDS COMMAND...
-
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-$py -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+source "$(dirname "$0")/gpu_step.sh" "$@"  # $logs, $py, $liger; step NAME SECONDS COMMAND...
 
 selection=(-k "scores or autocast")
 [[ ${CHEEMS_GPU_TESTS:-} == all ]] && selection=()

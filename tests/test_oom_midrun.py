@@ -25,7 +25,7 @@ import torch  # noqa: E402
 from cheems.records import CheemsInputError  # noqa: E402
 from cheems.training import recipe_setup, reward_model  # noqa: E402
 from cheems.training.loss import bradley_terry_terms  # noqa: E402
-from cheems.training.oom_retry import LOWERED_KEY, batch_cost, piece_terms, split_batch  # noqa: E402
+from cheems.training.oom_retry import LOWERED_KEY, batch_cost, split_batch  # noqa: E402
 from cheems.training.trainer import train  # noqa: E402
 from tests.conftest import run_cli_in  # noqa: E402
 from tests.test_train_cli import workdir  # noqa: E402, F401  (the ranked sample and a tiny model in a folder)
@@ -145,23 +145,25 @@ def test_split_keeps_pairs_whole_counts_each_sequence_once_and_fits(batch, budge
 def test_the_pieces_losses_and_gradients_add_up_to_the_batch(batch, budget, seed, reg):
     lengths, rows, pairs = batch
     weights = torch.randn(len(rows), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    whole = weights.clone().requires_grad_()
-    loss, terms = bradley_terry_terms(whole, torch.tensor([a for a, _ in pairs], dtype=torch.long),
-                                      torch.tensor([b for _, b in pairs], dtype=torch.long), reg_coef=reg)
+    whole = weights.clone().requires_grad_()  # the batch's loss, written out plainly
+    margins = [whole[a] - whole[b] for a, b in pairs]
+    loss = (-sum(torch.nn.functional.logsigmoid(m) for m in margins) / len(pairs) if pairs else 0.0) \
+        + reg * (whole ** 2).mean()
     loss.backward()
+    right_whole = sum(1 for m in margins if m > 0)
     cut = weights.clone().requires_grad_()
     total, right = 0.0, 0.0
     for p in split_batch(rows, pairs, lengths, budget, packed=True):
         rewards = cut[list(p.rows)]  # a piece's own forward: the same reward for a sequence in two pieces
-        piece_loss, piece = piece_terms(rewards, torch.tensor(p.better, dtype=torch.long),
-                                        torch.tensor(p.worse, dtype=torch.long),
-                                        torch.tensor(p.counted, dtype=torch.long), n_pairs=len(pairs),
-                                        n_rows=len(rows), reg_coef=reg)
+        piece_loss, piece = bradley_terry_terms(rewards, torch.tensor(p.better, dtype=torch.long),
+                                                torch.tensor(p.worse, dtype=torch.long), reg,
+                                                counted=torch.tensor(p.counted, dtype=torch.long),
+                                                n_pairs=len(pairs), n_rows=len(rows))
         piece_loss.backward()
         total += piece_loss.item()
         right += piece["right"].item()
-    assert total == pytest.approx(loss.item(), rel=1e-6, abs=1e-7)  # both sum in float32
-    assert right == terms["right"].item()
+    assert total == pytest.approx(float(loss), rel=1e-6, abs=1e-7)  # the pieces sum in float32
+    assert right == right_whole
     torch.testing.assert_close(cut.grad, whole.grad, rtol=1e-5, atol=1e-7)
 
 

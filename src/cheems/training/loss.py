@@ -31,19 +31,28 @@ def bradley_terry_loss(rewards, better, worse, reg_coef: float = 0.1):
                   "accuracy": terms["right"].item() / pairs if pairs else float("nan"), "pairs": pairs}
 
 
-def bradley_terry_terms(rewards, better, worse, reg_coef: float = 0.1):
+def bradley_terry_terms(rewards, better, worse, reg_coef: float = 0.1, *, counted=None, n_pairs: int | None = None,
+                        n_rows: int | None = None):
     """`bradley_terry_loss` with its terms left on the device, so a training step reads them
     once rather than waiting for the GPU after every forward batch: ``(loss, {"pair_loss",
     "reg", "right"})``, ``right`` the number of pairs ranked right (float tensors, detached).
 
-    L = -mean over pairs of log sigmoid(r_better - r_worse) + reg_coef * mean(r^2)."""
+    L = -mean over pairs of log sigmoid(r_better - r_worse) + reg_coef * mean(r^2).
+
+    With ``counted`` (indices into ``rewards``), ``n_pairs`` and ``n_rows``, the share of a
+    larger forward batch's loss that these pairs and rewards carry: the sum of the pair terms
+    over ``n_pairs`` and the sum of the ``counted`` rewards' squares over ``n_rows`` (the larger
+    batch's pair and sequence counts), so that the shares of a batch cut into pieces add up to
+    the batch's terms (:mod:`cheems.training.oom_retry`)."""
     import torch
     import torch.nn.functional as F
 
-    reg = rewards.float().pow(2).mean() if rewards.numel() else rewards.new_zeros((), dtype=torch.float32)
+    squares = (rewards if counted is None else rewards[counted]).float().pow(2)
+    rows = rewards.numel() if n_rows is None else n_rows
+    reg = squares.sum() / rows if rows else rewards.new_zeros((), dtype=torch.float32)
     if better.numel():
         margin = rewards[better].float() - rewards[worse].float()
-        pair_loss = -F.logsigmoid(margin).mean()
+        pair_loss = -F.logsigmoid(margin).sum() / (better.numel() if n_pairs is None else n_pairs)
         right = (margin > 0).float().sum()
     else:
         pair_loss = rewards.new_zeros((), dtype=torch.float32)

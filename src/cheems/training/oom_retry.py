@@ -15,7 +15,7 @@ losses over ``gradient_accumulation``. A piece carries its share of the batch's 
 over its pairs divided by the batch's pair count, the sum of ``r^2`` over the sequences it
 counts divided by the batch's sequence count (each sequence counted in the first piece that
 holds it), and for dual its counted sequences' LM terms divided by the batch's target count
-(`piece_terms`). The pieces' losses add up to the batch's loss, term by term, so their
+(`bradley_terry_terms` with the batch's counts). The pieces' losses add up to the batch's loss, term by term, so their
 gradients add up to its gradient (up to float rounding). A pair's two sequences are always in
 one piece; a sequence in pairs of two pieces is forwarded in both, with the same weights and
 tokens, so it gets the same reward.
@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 
 from cheems.models.memory_budget import is_out_of_memory, out_of_memory_error, smaller_budget
 
-__all__ = ["LOWERED_KEY", "MemoryCap", "Piece", "batch_cost", "piece_terms", "pieces_forward_backward",
+__all__ = ["LOWERED_KEY", "MemoryCap", "Piece", "batch_cost", "pieces_forward_backward",
            "resumed_budget", "split_batch"]
 
 LOWERED_KEY = "lowered_token_budget"
@@ -98,27 +98,6 @@ def split_batch(rows: Sequence[int], pairs: Sequence[tuple[int, int]], lengths: 
     return pieces
 
 
-def piece_terms(rewards, better, worse, counted, *, n_pairs: int, n_rows: int, reg_coef: float):
-    """One piece's share of its forward batch's Bradley–Terry loss: ``(loss, {"pair_loss",
-    "reg", "right"})`` with pair_loss = sum over the piece's pairs of ``-log sigmoid(r_better -
-    r_worse)`` / ``n_pairs`` and reg = sum of ``r^2`` over the ``counted`` rows / ``n_rows``
-    (the batch's pair and sequence counts), loss = pair_loss + reg_coef * reg. Summed over a
-    batch's pieces these are `bradley_terry_terms` of the whole batch."""
-    import torch
-    import torch.nn.functional as F
-
-    reg = rewards[counted].float().pow(2).sum() / max(1, n_rows)
-    if better.numel():
-        margin = rewards[better].float() - rewards[worse].float()
-        pair_loss = -F.logsigmoid(margin).sum() / n_pairs
-        right = (margin > 0).float().sum()
-    else:
-        pair_loss = rewards.new_zeros((), dtype=torch.float32)
-        right = rewards.new_zeros((), dtype=torch.float32)
-    loss = pair_loss + reg_coef * reg
-    return loss, {"pair_loss": pair_loss.detach(), "reg": reg.detach(), "right": right.detach()}
-
-
 @dataclass
 class MemoryCap:
     """A run's memory cap against its batch plan: ``planned`` is the budget the epochs'
@@ -165,7 +144,7 @@ class MemoryCap:
 def pieces_forward_backward(run, rows: Sequence[int], pieces: list[Piece], n_pairs: int,
                             cap: MemoryCap) -> tuple[dict, int]:
     """Forward and backward of one forward batch (one process: ``rows``, its ``n_pairs``
-    pairs) as ``pieces``, each on its own with its share of the batch's loss (`piece_terms`;
+    pairs) as ``pieces``, each on its own with its share of the batch's loss (`bradley_terry_terms` with the batch's counts;
     for dual `dual_loss` with the LM loss weighted by the piece's share of the batch's target
     tokens). Returns what `_forward_backward` returns for the whole batch: its ``loss``,
     ``pair_loss``, ``reg``, ``right`` (dual: ``lm_loss``) as detached device tensors, and
@@ -192,7 +171,7 @@ def _piece_forward_backward(run, piece: Piece, *, n_pairs: int, n_rows: int, n_l
     ``loss``) as detached device tensors. Its activations go when it returns."""
     from cheems.models.sequences import device_tensor
     from cheems.training.evaluation import batch_rewards
-    from cheems.training.loss import dual_loss, lm_loss
+    from cheems.training.loss import bradley_terry_terms, dual_loss, lm_loss
 
     config, data, device = run.config, run.data, run.accelerator.device
     dual, pad_id = config.objective == "dual", run.tokenizer.pad_token_id
@@ -208,9 +187,10 @@ def _piece_forward_backward(run, piece: Piece, *, n_pairs: int, n_rows: int, n_l
                                                     pad_id=pad_id, device=device)
         else:
             rewards = batch_rewards(run.reward_model, seqs, packing=config.packing, pad_id=pad_id, device=device)
-    loss, terms = piece_terms(rewards, device_tensor(list(piece.better), device),
-                              device_tensor(list(piece.worse), device), device_tensor(list(piece.counted), device),
-                              n_pairs=n_pairs, n_rows=n_rows, reg_coef=config.reg_coef)
+    loss, terms = bradley_terry_terms(rewards, device_tensor(list(piece.better), device),
+                                      device_tensor(list(piece.worse), device), config.reg_coef,
+                                      counted=device_tensor(list(piece.counted), device), n_pairs=n_pairs,
+                                      n_rows=n_rows)
     if dual:
         gen = lm_loss(logits, targets) * (targets.numel() / n_lm if n_lm else 1.0)
         loss = dual_loss(loss, gen, config.lm_coef)
