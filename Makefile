@@ -26,9 +26,10 @@ demo: $(VENV)/.core-installed
 	$(BIN)/cheems eval $(OUT)/bench.jsonl --scorer length --json $(OUT)/eval-length.json
 	$(BIN)/cheems eval $(OUT)/bench.jsonl --scorer random --seed 0 --json $(OUT)/eval-random.json
 
-# pytest exits 5 when it collected no test: that is a failure here, said out loud
+# pytest exits 5 when it collected no test: that is a failure here, said out loud. The tests run
+# in one process per core (pytest-xdist, at most 4), each giving torch one thread (tests/conftest.py)
 test: $(VENV)/.dev-installed
-	@$(BIN)/python -m pytest -q; rc=$$?; \
+	@$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: $(VENV)/.dev-installed

@@ -43,6 +43,12 @@ pytest_plugins = ["tests.tiny_models"]
 # session, never into the user's ~/.cache; tests of the default location set the variable themselves.
 os.environ.setdefault("CHEEMS_CACHE_DIR", tempfile.mkdtemp(prefix="cheems-test-cache-"))
 
+# Under pytest-xdist each worker is one of several test processes sharing the machine's cores:
+# torch gets one intra-op thread in each (and in the processes they start), as OMP_NUM_THREADS
+# tells cheems.models.threads, so that the workers' threads do not wait on each other.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # A real process that runs longer than this has hung: a safety net, never a measure of speed.
 HANG_TIMEOUT_S = 600
 REPO_ROOT = Path(__file__).resolve().parents[1]
