@@ -387,3 +387,41 @@ def test_triple_comparisons_malformed(ranking):
         triple_comparisons(["x", "y", "z"], ranking, field_name="tasks[0].ranking")
     assert e.value.field == "tasks[0].ranking"
     assert str(e.value).startswith("tasks[0].ranking: ")
+
+
+@st.composite
+def block_graphs(draw):
+    """Prompts of 1-70 nodes (past the 64 of a bit set now and then), random edges inside each,
+    none between them. Returns (offsets, src, dst)."""
+    sizes = draw(st.lists(st.one_of(st.integers(1, 8), st.integers(60, 70)), min_size=1, max_size=6))
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    src: list[int] = []
+    dst: list[int] = []
+    for lo, size in zip(offsets[:-1].tolist(), sizes):
+        node = st.integers(lo, lo + size - 1)
+        for u, v in draw(st.lists(st.tuples(node, node), max_size=3 * size)):
+            src.append(u)
+            dst.append(v)
+    return offsets, src, dst
+
+
+@settings(max_examples=150, deadline=None)
+@given(block_graphs())
+def test_strong_components_of_prompts_match_networkx(graph):
+    """With offsets (bit sets for prompts of at most 64 nodes, scipy past that) and without
+    (scipy), the same partition into components as networkx."""
+    from cheems.graph import strong_components
+
+    offsets, src, dst = graph
+    n = int(offsets[-1])
+    g = nx.DiGraph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(zip(src, dst))
+    expected = {frozenset(c) for c in nx.strongly_connected_components(g)}
+    for given_offsets in (offsets, None):
+        comp = strong_components(n, np.array(src, np.int64), np.array(dst, np.int64), given_offsets)
+        assert sorted(set(comp.tolist())) == list(range(len(expected)))
+        found = {}
+        for v, c in enumerate(comp.tolist()):
+            found.setdefault(c, set()).add(v)
+        assert {frozenset(c) for c in found.values()} == expected

@@ -32,18 +32,25 @@ __all__ = ["BLOCK_BITS", "LABEL_CODE", "Resolution", "annotation_tasks", "compar
 LABEL_CODE = {"g": 0, "b": 1, "s": 2}
 
 
-def strong_components(n_nodes: int, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+def strong_components(n_nodes: int, src: np.ndarray, dst: np.ndarray,
+                      offsets: np.ndarray | None = None) -> np.ndarray:
     """Id of the strongly connected component of every node of the graph ``src[i] -> dst[i]``
     over nodes ``0..n_nodes-1``: ids run from 0 to (number of components - 1).
 
-    scipy's ``connected_components`` (Pearce's iterative variant of Tarjan's algorithm) on a
-    sparse matrix; O(V + E).
+    With ``offsets`` (prompt i owns nodes ``offsets[i]:offsets[i+1]``, no edge between
+    prompts) and at most :data:`BLOCK_BITS` nodes per prompt, on bit sets with numpy alone
+    (:func:`_block_components`, no per-call set-up: the fast way for a batch of small
+    prompts); otherwise scipy's ``connected_components`` (Pearce's iterative variant of
+    Tarjan's algorithm) on a sparse matrix, O(V + E).
     """
     from scipy.sparse import csr_matrix  # imported here: task design needs no scipy start-up cost
     from scipy.sparse.csgraph import connected_components
 
     if n_nodes == 0:
         return np.zeros(0, np.int64)
+    if offsets is not None and int(np.diff(offsets).max(initial=0)) <= BLOCK_BITS:
+        return _block_components(np.asarray(offsets, np.int64), np.asarray(src, np.int64),
+                                 np.asarray(dst, np.int64))[0]
     g = csr_matrix((np.ones(len(src), np.int8), (src, dst)), shape=(n_nodes, n_nodes))
     return connected_components(g, directed=True, connection="strong")[1]
 
@@ -89,21 +96,8 @@ def _block_resolve(offsets: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tup
     layer is its longest path. O(E + Σ n_p² + V·L) word operations for prompts of n_p
     responses and L layers.
     """
-    sizes = np.diff(offsets)
-    n_nodes = int(offsets[-1])
-    node_owner = np.repeat(np.arange(len(sizes)), sizes)
-    first = offsets[node_owner]
-    bit = _ONE << (np.arange(n_nodes) - first).astype(np.uint64)
-    desc, anc = bit.copy(), bit.copy()
-    np.bitwise_or.at(desc, src, bit[dst])
-    np.bitwise_or.at(anc, dst, bit[src])
-    desc, anc = _closures(np.stack([desc, anc]), offsets, sizes)
-    mutual = desc & anc  # the node's component
-    lowest = mutual & (~mutual + _ONE)  # its first node's bit; frexp reads the bit's position exactly
-    head = first + (np.frexp(lowest.astype(np.float64))[1] - 1)
-    is_head = np.zeros(n_nodes, bool)
-    is_head[head] = True
-    comp = (np.cumsum(is_head) - 1)[head]
+    comp, anc, mutual, bit, node_owner = _block_components(offsets, src, dst)
+    n_nodes, sizes = int(offsets[-1]), np.diff(offsets)
     above = anc & ~mutual  # ancestors outside the component
     layer = np.zeros(n_nodes, np.int64)
     placed = np.zeros(len(sizes), np.uint64)  # per prompt, the nodes in a layer so far
@@ -118,6 +112,28 @@ def _block_resolve(offsets: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tup
         ready = (above[pending] & ~placed[node_owner[pending]]) == 0
         depth += 1
     return layer, comp
+
+
+def _block_components(offsets: np.ndarray, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The strongly connected components of prompts of at most 64 nodes, on bit sets (see
+    :func:`_block_resolve`): ``(comp, ancestors, mutual, bit, node_owner)``, the component id
+    of every node (numbered in the order of their first nodes), the bit set of its ancestors
+    and of its component (itself included), its own bit and its prompt."""
+    sizes = np.diff(offsets)
+    n_nodes = int(offsets[-1])
+    node_owner = np.repeat(np.arange(len(sizes)), sizes)
+    first = offsets[node_owner]
+    bit = _ONE << (np.arange(n_nodes) - first).astype(np.uint64)
+    desc, anc = bit.copy(), bit.copy()
+    np.bitwise_or.at(desc, src, bit[dst])
+    np.bitwise_or.at(anc, dst, bit[src])
+    desc, anc = _closures(np.stack([desc, anc]), offsets, sizes)
+    mutual = desc & anc  # the node's component
+    lowest = mutual & (~mutual + _ONE)  # its first node's bit; frexp reads the bit's position exactly
+    head = first + (np.frexp(lowest.astype(np.float64))[1] - 1)
+    is_head = np.zeros(n_nodes, bool)
+    is_head[head] = True
+    return (np.cumsum(is_head) - 1)[head], anc, mutual, bit, node_owner
 
 
 def _closures(sets: np.ndarray, offsets: np.ndarray, sizes: np.ndarray) -> np.ndarray:

@@ -219,7 +219,6 @@ def supervise_arrays(offsets: np.ndarray, a: np.ndarray, b: np.ndarray, lab: np.
 
     Returns ``(reason, strict, rm_agrees, conflicted_before, conflicted_after)``, the arrays
     :class:`DistantSupervision` describes. O(V + E) per SCC pass, two or three passes."""
-    n_nodes, n_prompts = int(offsets[-1]), len(offsets) - 1
     strict = lab != 2
     better = np.where(lab == 1, b, a)  # for a tie: a, with the reverse edge added below
     worse = np.where(lab == 1, a, b)
@@ -228,15 +227,15 @@ def supervise_arrays(offsets: np.ndarray, a: np.ndarray, b: np.ndarray, lab: np.
 
     reason = np.zeros(len(lab), np.int8)
     everything = np.ones(len(lab), bool)
-    in_conflict, conflicted_before = _conflicts(n_nodes, owner, n_prompts, better, worse, strict, everything)
+    in_conflict, conflicted_before = _conflicts(offsets, owner, better, worse, strict, everything)
     if scope == "all":
         contradicted = np.where(strict, -gap > margin, np.abs(gap) > margin)
         reason[contradicted] = _MARGIN
-        in_conflict, _ = _conflicts(n_nodes, owner, n_prompts, better, worse, strict, ~contradicted)
+        in_conflict, _ = _conflicts(offsets, owner, better, worse, strict, ~contradicted)
     reason[in_conflict & strict & ~(gap > 0)] = _DISAGREES
     reason[in_conflict & ~strict & (gap != 0)] = _TIE
     kept = reason == _KEPT
-    _, conflicted_after = _conflicts(n_nodes, owner, n_prompts, better, worse, strict, kept)
+    _, conflicted_after = _conflicts(offsets, owner, better, worse, strict, kept)
     return reason, strict, rm_agrees, conflicted_before, conflicted_after
 
 
@@ -261,7 +260,7 @@ def _node_scores(prompts: list[Prompt], scores: Mapping[tuple[str, str], float],
     return score
 
 
-def _conflicts(n_nodes: int, owner: np.ndarray, n_prompts: int, better: np.ndarray, worse: np.ndarray,
+def _conflicts(offsets: np.ndarray, owner: np.ndarray, better: np.ndarray, worse: np.ndarray,
                strict: np.ndarray, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Conflicting components of the graph made of the ``alive`` comparisons.
 
@@ -269,12 +268,13 @@ def _conflicts(n_nodes: int, owner: np.ndarray, n_prompts: int, better: np.ndarr
     comparison, whether it is alive with both responses in one conflicting SCC (one that
     holds a strict comparison), and per prompt whether it has such a component.
     """
+    n_nodes, n_prompts = int(offsets[-1]), len(offsets) - 1
     if n_nodes == 0:
         return np.zeros(len(strict), bool), np.zeros(n_prompts, bool)
     tie = alive & ~strict
     src = np.concatenate([better[alive], worse[tie]])
     dst = np.concatenate([worse[alive], better[tie]])
-    comp = strong_components(n_nodes, src, dst)
+    comp = strong_components(n_nodes, src, dst, offsets)
     inside = alive & (comp[better] == comp[worse])
     cyclic = np.zeros(int(comp.max()) + 1, bool)
     cyclic[comp[better[inside & strict]]] = True
