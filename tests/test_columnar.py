@@ -21,7 +21,8 @@ import cheems.benchmark
 import cheems.formats.columnar
 from cheems.benchmark import LazyPrompts, rank_annotations
 from cheems.formats import NotPlain, read_prompts
-from cheems.formats.columnar import columnar_stats, rank_columns
+from cheems.formats.columnar import columnar_stats
+from cheems.formats.columnar_rank import rank_columns
 from cheems.metrics import dataset_stats
 from tests.conftest import run_cli_in, write_jsonl_rows
 from tests.test_rank_fast import write_files as write_part_files
@@ -333,3 +334,74 @@ def test_the_shortest_rows_at_the_nesting_limit(tmp_path, depth, shape):
         list(iter_rows(path))
     with pytest.raises(NotPlain):
         list(row_chunks(path, 64))
+
+
+def _two_processes_forced(mp, calls: list) -> None:
+    """Every columnar input is ranked in two processes, however small; ``calls`` counts the forks."""
+    import cheems.formats.columnar_rank as columnar_rank
+
+    real = columnar_rank._in_two_processes
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    mp.setattr(columnar_rank, "PARALLEL_BYTES", 0)
+    mp.setattr(columnar_rank, "_may_fork", lambda: True)
+    mp.setattr(columnar_rank, "_in_two_processes", counted)
+
+
+@settings(max_examples=60, deadline=None)
+@given(annotation_files(), st.booleans())
+def test_rank_in_two_processes_writes_the_bytes_of_the_object_path(files, keep_comparisons):
+    """Each half of the lines ranked by its own process: the same output, report and refusals."""
+    calls: list = []
+    with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
+        tmp = Path(d)
+        paths = write_files(files, tmp)
+        _two_processes_forced(mp, calls)
+        took = check_rank(paths, tmp, keep_comparisons)
+        event(("two processes" if calls else "one (not all JSONL lines)") + (", columnar" if took else ", general"))
+
+
+def test_a_child_that_fails_leaves_its_half_to_the_parent(tmp_path, sample_annotations):
+    import os
+
+    import cheems.formats.columnar_rank as columnar_rank
+
+    parent, calls = os.getpid(), []
+    real = columnar_rank._rank_segments
+
+    def fails_in_the_child(segments, keep):
+        if os.getpid() != parent:
+            raise MemoryError("the child's share")
+        return real(segments, keep)
+
+    paths = [sample_annotations / "open.jsonl", sample_annotations / "human.jsonl"]
+    with pytest.MonkeyPatch.context() as mp:
+        _two_processes_forced(mp, calls)
+        mp.setattr(columnar_rank, "_rank_segments", fails_in_the_child)
+        assert check_rank(paths, tmp_path, keep_comparisons=True)
+    assert calls == [1]
+
+
+def test_a_child_killed_before_it_answers_leaves_its_half_to_the_parent(tmp_path, sample_annotations):
+    import os
+    import signal
+
+    import cheems.formats.columnar_rank as columnar_rank
+
+    parent, calls = os.getpid(), []
+    real = columnar_rank._rank_segments
+
+    def killed_in_the_child(segments, keep):
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(segments, keep)
+
+    paths = [sample_annotations / "open.jsonl", sample_annotations / "human.jsonl"]
+    with pytest.MonkeyPatch.context() as mp:
+        _two_processes_forced(mp, calls)
+        mp.setattr(columnar_rank, "_rank_segments", killed_in_the_child)
+        assert check_rank(paths, tmp_path, keep_comparisons=False)
+    assert calls == [1]

@@ -29,8 +29,9 @@ joins them back into one prompt where that is wanted (training). Every error is 
 
 from __future__ import annotations
 
-from cheems.formats.columnar import (ColumnarBatch, RankedColumns, StatsSums, columnar_batches, columnar_scores,
-                                     columnar_stats, dump_row, rank_columns)
+from cheems.formats.columnar import (ColumnarBatch, StatsSums, columnar_batches, columnar_scores, columnar_stats,
+                                     dump_row)
+from cheems.formats.columnar_rank import RankedColumns, rank_columns
 from cheems.formats.detect import check_format, detect_format, parse_row
 from cheems.formats.fields import CONSUMED, category_field, prompt_field, row_id, subset_field
 from cheems.formats.join import (RepeatedRows, check_unique_ids, group_by_prompt, key_repeated_rows, merge_prompts,

@@ -1,5 +1,6 @@
 """Cheems rows read straight into columns, no :class:`~cheems.records.Prompt` made: what
-``cheems rank`` and ``cheems stats`` need from JSONL files of cheems rows.
+``cheems rank`` (:mod:`cheems.formats.columnar_rank`) and ``cheems stats`` need from JSONL files
+of cheems rows.
 
 A :class:`ColumnarBatch` holds a few hundred parsed rows (orjson, :func:`~cheems.formats.rows.row_chunks`)
 as columns: response ids coded as integers (the index of the first response of the batch holding
@@ -42,8 +43,8 @@ if TYPE_CHECKING:
 
     from cheems.formats.read import Scores
 
-__all__ = ["ColumnarBatch", "RankedColumns", "StatsSums", "columnar_batches", "columnar_scores", "columnar_stats",
-           "dump_row", "rank_columns"]
+__all__ = ["CHUNK_ROWS", "NOT_COLUMNAR_SUFFIXES", "ColumnarBatch", "StatsSums", "batches_of", "columnar_batches", "columnar_scores", "columnar_stats",
+           "dump_row"]
 
 ROW_KEYS = frozenset(("id", "prompt", "responses", "rank", "comparisons", "triples", "category", "subset"))
 """The keys of a columnar row that :meth:`~cheems.records.Prompt.to_dict` writes in its own
@@ -52,12 +53,12 @@ order; the row's other keys are written after them, in the row's order."""
 _OTHER_READERS = frozenset(("input", "annotations", "task_id", RANKED_BY))
 """Keys whose rows the general readers read (converted, joined or of another format)."""
 
-_NOT_COLUMNAR_SUFFIXES = frozenset((".csv", ".xlsx", ".xls", ".xlsm", ".tsv", ".parquet"))
+NOT_COLUMNAR_SUFFIXES = frozenset((".csv", ".xlsx", ".xls", ".xlsm", ".tsv", ".parquet"))
 
 _GET_PROMPT, _GET_RESPONSES = itemgetter("prompt"), itemgetter("responses")
 _GET_A, _GET_B, _GET_LABEL = itemgetter("a"), itemgetter("b"), itemgetter("label")
 _LABEL_STRINGS = {label: label for label in LABELS}
-_CHUNK_ROWS = 64  # rows parsed per round: their comparison objects are freed while still in the CPU cache
+CHUNK_ROWS = 64  # rows parsed per round: their comparison objects are freed while still in the CPU cache
 _BATCH_ROWS = 256  # rows coded, resolved and written together (numpy calls per batch, not per row)
 
 
@@ -389,16 +390,27 @@ def columnar_batches(paths: Sequence[str | os.PathLike], *, default_subsets: boo
     """The columnar rows of the files, :data:`_BATCH_ROWS` at a time (each file's stem the
     default subset with ``default_subsets``); NotPlain for a file or row that is not columnar.
     O(bytes)."""
+    def chunks() -> Iterator[tuple[list, str | None]]:
+        for path in paths:
+            if Path(path).suffix.lower() in NOT_COLUMNAR_SUFFIXES:
+                raise NotPlain(str(path))
+            stem = Path(path).stem if default_subsets else None
+            for rows in row_chunks(path, CHUNK_ROWS):
+                yield rows, stem
+
+    return batches_of(chunks(), keep_rows=keep_rows, keep_comparisons=keep_comparisons)
+
+
+def batches_of(chunks: Iterable[tuple[list, str | None]], *, keep_rows: bool,
+               keep_comparisons: bool = False) -> Iterator[ColumnarBatch]:
+    """:class:`ColumnarBatch` es of :data:`_BATCH_ROWS` rows or so, from parsed rows given a few
+    at a time with the subset their file gives (None: none)."""
     batch = ColumnarBatch(keep_rows=keep_rows, keep_comparisons=keep_comparisons)
-    for path in paths:
-        if Path(path).suffix.lower() in _NOT_COLUMNAR_SUFFIXES:
-            raise NotPlain(str(path))
-        stem = Path(path).stem if default_subsets else None
-        for rows in row_chunks(path, _CHUNK_ROWS):
-            batch.add(rows, stem)
-            if len(batch) >= _BATCH_ROWS:
-                yield batch
-                batch = ColumnarBatch(keep_rows=keep_rows, keep_comparisons=keep_comparisons)
+    for rows, stem in chunks:
+        batch.add(rows, stem)
+        if len(batch) >= _BATCH_ROWS:
+            yield batch
+            batch = ColumnarBatch(keep_rows=keep_rows, keep_comparisons=keep_comparisons)
     if len(batch):
         yield batch
 
@@ -432,75 +444,10 @@ def columnar_scores(path: str | os.PathLike) -> Scores | None:
     return scores if len(scores) == len(pids) and all(map(isfinite, floats)) else None
 
 
-# ----------------------------------------------------------------------------- rank
+# ----------------------------------------------------------------------------- writing
 
-@dataclass
-class RankedColumns:
-    """What :func:`rank_columns` wrote: how many ranked prompts, and the conflict report per
-    subset and in total (:func:`cheems.graph.conflict_report`)."""
-
-    n_prompts: int
-    report: dict
-
-
-_COUNTS = ("n_comparisons", "n_conflicts", "n_merged", "n_tie_groups", "n_uncompared")
 dump_row = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
 """One row as a line of :func:`cheems.io.write_jsonl`: the same bytes."""
-
-
-def rank_columns(annotations: Sequence[str | os.PathLike], output: str | os.PathLike, *,
-                 report: str | os.PathLike | None = None, keep_comparisons: bool = False) -> RankedColumns | None:
-    """``cheems rank`` (:func:`cheems.benchmark.rank_annotations`) for files of columnar rows with
-    distinct ids: each batch's comparisons resolved by :func:`cheems.graph.resolve_comparisons`
-    and its rows written back with their ``rank``, the same bytes as the object path; the
-    conflict report to ``report`` when given (both files or neither). None, having written
-    nothing, for any other input (a row to join, a row without comparisons, anything
-    :class:`ColumnarBatch` refuses): the general path then reads it. An output that is one of
-    the inputs is refused before anything is read. O(bytes + comparisons x longest chain).
-    """
-    from cheems.io import check_outputs, gc_paused
-
-    check_outputs([output, report], annotations)
-    with gc_paused():  # hundreds of thousands of small long-lived objects, no cycles
-        try:
-            return _rank_columns(annotations, output, report, keep_comparisons)
-        except NotPlain:
-            return None
-
-
-def _rank_columns(annotations: Sequence[str | os.PathLike], output: str | os.PathLike,
-                  report: str | os.PathLike | None, keep_comparisons: bool) -> RankedColumns:
-    """:func:`rank_columns`; NotPlain for input it leaves to the general path."""
-    import numpy as np
-
-    from cheems.graph import conflict_report, resolve_comparisons
-    from cheems.io import atomic_open, outputs_together, write_json
-
-    seen: set[str] = set()
-    subsets: list[str | None] = []
-    counts: dict[str, list[np.ndarray]] = {k: [] for k in _COUNTS}
-    written: list[bytes] = []
-    for batch in columnar_batches(annotations, default_subsets=True, keep_rows=True,
-                                  keep_comparisons=keep_comparisons):
-        seen.update(batch.ids)
-        subsets += batch.subsets
-        if len(seen) != len(subsets):
-            raise NotPlain("a prompt id repeats: its rows are joined by merge_prompts")
-        if 0 in batch.counts:
-            raise NotPlain("a prompt without comparisons")
-        res = resolve_comparisons(*batch.arrays(), batch.response_ids)
-        written.append(b"".join(map(dump_row, batch.ranked_rows(res.ranks))))
-        for k in _COUNTS:
-            counts[k].append(getattr(res, k))
-    if not subsets:
-        raise NotPlain("no rows")
-    stats = conflict_report(subsets, *(np.concatenate(counts[k]) for k in _COUNTS))
-    with outputs_together(output, report) as (ranked_tmp, report_tmp):  # both files or neither
-        with atomic_open(ranked_tmp) as f:
-            f.writelines(written)
-        if report_tmp is not None:
-            write_json(report_tmp, stats)
-    return RankedColumns(len(subsets), stats)
 
 
 # ----------------------------------------------------------------------------- stats

@@ -22,7 +22,7 @@ from cheems.formats.tsv import iter_tsv
 from cheems.io import MAX_JSON_DEPTH, check_input_file, json_value_problem
 from cheems.records import CheemsInputError
 
-__all__ = ["NotPlain", "iter_rows", "row_chunks"]
+__all__ = ["NotPlain", "iter_rows", "jsonl_lines", "parse_lines", "row_chunks"]
 
 
 class NotPlain(Exception):
@@ -207,30 +207,59 @@ def row_chunks(path: str | os.PathLike, size: int) -> Iterator[list]:
     MAX_JSON_DEPTH. O(bytes).
     """
     path = Path(path)
+    data, is_list = _plain_source(path)
+    if is_list:
+        try:
+            items = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise NotPlain(str(path)) from None
+        if _may_nest_deep(data):
+            _refuse_deep(path, items)
+        for lo in range(0, len(items), size):
+            yield items[lo:lo + size]
+        return
+    lines = _lines(data)
+    del data
+    for lo in range(0, len(lines), size):
+        yield parse_lines(path, lines[lo:lo + size])
+
+
+def jsonl_lines(path: str | os.PathLike) -> list[bytes]:
+    """The non-blank lines of a JSONL file, unparsed, for :func:`parse_lines`: the rows
+    :func:`row_chunks` reads from it. NotPlain where row_chunks would raise it for the whole
+    file, and for a file of one JSON list (its rows are not lines). O(bytes)."""
+    path = Path(path)
+    data, is_list = _plain_source(path)
+    if is_list:
+        raise NotPlain(str(path))
+    return _lines(data)
+
+
+def parse_lines(path: str | os.PathLike, lines: list[bytes]) -> list:
+    """The rows of some of :func:`jsonl_lines`' lines of ``path``, parsed as :func:`row_chunks`
+    parses them; NotPlain for a line it would refuse."""
+    try:
+        rows = list(map(orjson.loads, lines))
+    except orjson.JSONDecodeError:
+        raise NotPlain(str(path)) from None
+    _refuse_deep(Path(path), [r for raw, r in zip(lines, rows) if _may_nest_deep(raw)])
+    return rows
+
+
+def _plain_source(path: Path) -> tuple[bytes, bool]:
+    """The bytes of a file :func:`row_chunks` may read (:func:`_json_source`), NotPlain for
+    Parquet, TSV, a missing file or a folder."""
     if path.suffix in (".parquet", ".tsv") or not path.is_file():
         raise NotPlain(str(path))
     try:
         data = path.read_bytes()
     except OSError:
         raise NotPlain(str(path)) from None
-    data, is_list = _json_source(path, data)
-    try:
-        if is_list:
-            items = orjson.loads(data)
-            if _may_nest_deep(data):
-                _refuse_deep(path, items)
-            for lo in range(0, len(items), size):
-                yield items[lo:lo + size]
-            return
-        lines = list(filter(bytes.strip, data.split(b"\n")))  # blank lines skipped, as iter_rows does
-        del data
-        for lo in range(0, len(lines), size):
-            chunk = lines[lo:lo + size]
-            rows = list(map(orjson.loads, chunk))
-            _refuse_deep(path, [r for raw, r in zip(chunk, rows) if _may_nest_deep(raw)])
-            yield rows
-    except orjson.JSONDecodeError:
-        raise NotPlain(str(path)) from None
+    return _json_source(path, data)
+
+
+def _lines(data: bytes) -> list[bytes]:
+    return list(filter(bytes.strip, data.split(b"\n")))  # blank lines skipped, as iter_rows does
 
 
 def _refuse_deep(path: Path, rows: list) -> None:
