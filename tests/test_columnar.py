@@ -364,7 +364,20 @@ def test_rank_in_two_processes_writes_the_bytes_of_the_object_path(files, keep_c
         event(("two processes" if calls else "one (not all JSONL lines)") + (", columnar" if took else ", general"))
 
 
-def test_a_child_that_fails_leaves_its_half_to_the_parent(tmp_path, sample_annotations):
+def _fail_by_raising():
+    raise MemoryError("the child's share")
+
+
+def _fail_by_being_killed():
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.parametrize("fail", [_fail_by_raising, _fail_by_being_killed])
+def test_a_child_that_fails_leaves_its_half_to_the_parent(tmp_path, sample_annotations, fail):
+    """A child that raises, or is killed before it answers: the parent ranks its half too."""
     import os
 
     import cheems.formats.columnar_rank as columnar_rank
@@ -374,7 +387,7 @@ def test_a_child_that_fails_leaves_its_half_to_the_parent(tmp_path, sample_annot
 
     def fails_in_the_child(segments, keep):
         if os.getpid() != parent:
-            raise MemoryError("the child's share")
+            fail()
         return real(segments, keep)
 
     paths = [sample_annotations / "open.jsonl", sample_annotations / "human.jsonl"]
@@ -382,26 +395,4 @@ def test_a_child_that_fails_leaves_its_half_to_the_parent(tmp_path, sample_annot
         _two_processes_forced(mp, calls)
         mp.setattr(columnar_rank, "_rank_segments", fails_in_the_child)
         assert check_rank(paths, tmp_path, keep_comparisons=True)
-    assert calls == [1]
-
-
-def test_a_child_killed_before_it_answers_leaves_its_half_to_the_parent(tmp_path, sample_annotations):
-    import os
-    import signal
-
-    import cheems.formats.columnar_rank as columnar_rank
-
-    parent, calls = os.getpid(), []
-    real = columnar_rank._rank_segments
-
-    def killed_in_the_child(segments, keep):
-        if os.getpid() != parent:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real(segments, keep)
-
-    paths = [sample_annotations / "open.jsonl", sample_annotations / "human.jsonl"]
-    with pytest.MonkeyPatch.context() as mp:
-        _two_processes_forced(mp, calls)
-        mp.setattr(columnar_rank, "_rank_segments", killed_in_the_child)
-        assert check_rank(paths, tmp_path, keep_comparisons=False)
     assert calls == [1]
