@@ -339,16 +339,17 @@ def test_the_shortest_rows_at_the_nesting_limit(tmp_path, depth, shape):
 def _two_processes_forced(mp, calls: list) -> None:
     """Every columnar input is ranked in two processes, however small; ``calls`` counts the forks."""
     import cheems.formats.columnar_rank as columnar_rank
+    import cheems.formats.halves as halves
 
-    real = columnar_rank._in_two_processes
+    real = halves.in_two_processes
 
     def counted(*args):
         calls.append(1)
         return real(*args)
 
-    mp.setattr(columnar_rank, "PARALLEL_BYTES", 0)
-    mp.setattr(columnar_rank, "_may_fork", lambda: True)
-    mp.setattr(columnar_rank, "_in_two_processes", counted)
+    mp.setattr(halves, "PARALLEL_BYTES", 0)
+    mp.setattr(halves, "_may_fork", lambda: True)
+    mp.setattr(columnar_rank, "in_two_processes", counted)
 
 
 @settings(max_examples=60, deadline=None)

@@ -136,6 +136,34 @@ def test_resolve_writes_the_bytes_of_the_object_path(files, scores_choice, level
         event("columnar" if columnar else "object path")
 
 
+@settings(max_examples=50, deadline=None)
+@given(judged_files(), st.sampled_from(SCORE_CHOICES), st.sampled_from(["cycles", "all"]))
+def test_resolve_in_two_processes_writes_the_bytes_of_the_object_path(files, scores_choice, scope):
+    """Each half of the lines resolved by its own process (however small the input): the same
+    output, report and refusals as the object path."""
+    import cheems.formats.halves as halves
+
+    forks = []
+    real = halves.in_two_processes
+
+    def counted(*args):
+        forks.append(1)
+        return real(*args)
+
+    with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(halves, "PARALLEL_BYTES", 0)
+        mp.setattr(halves, "_may_fork", lambda: True)
+        mp.setattr(stages, "in_two_processes", counted)
+        tmp = Path(d)
+        paths = write_files(files, tmp)
+        scores = write_scores(paths, tmp, scores_choice, 1000)
+        out = tmp / "out" / "resolved.jsonl"
+        fast, reference, columnar = both_paths(
+            lambda: stages.run_resolve(paths, out, scores=scores, scope=scope, margin=0.5), out, "_resolve_columns")
+        assert fast == reference
+        event(("two processes" if forks else "one") + (", columnar" if columnar else ", object path"))
+
+
 @settings(max_examples=120, deadline=None)
 @given(judged_files(), st.integers(0, 2 ** 32 - 1), st.sampled_from([0, 1, 3]))
 def test_debias_writes_the_bytes_of_the_object_path(files, seed, tolerance):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from pathlib import Path
 from typing import List, Optional
 
@@ -200,7 +202,9 @@ def resolve(
     cfg = build_settings(ResolveSettings, resolve_flags, config=config, section=stage_settings(config, "resolve"),
                          prefix="resolve.")
     settings, server = build_settings(ModelSettings, model_flags), server_scorer(server_flags)
-    with progress("scoring") as bar:
+    computed = rm is not None or server is not None  # with --scores there is nothing to score: no bar
+    scoring = progress("scoring") if computed else contextlib.nullcontext()
+    with scoring as bar:
         report = run_resolve(inputs, output, scores=scores, rm=rm, server=server, scope=cfg.scope, margin=cfg.margin,
                              model_settings=settings, progress=bar, notify=err.print)
     t = report["total"]

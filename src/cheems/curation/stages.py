@@ -28,8 +28,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from cheems.formats import (NotPlain, check_unique_ids, columnar_batches, columnar_scores, dump_row,
+from cheems.formats import (NotPlain, batches_of, check_unique_ids, columnar_batches, columnar_scores, dump_row,
                             read_prompts)
+from cheems.formats.halves import in_two_processes, line_halves, segment_chunks
 from cheems.io import (atomic_open, check_outputs, gc_paused, outputs_together, read_yaml_mapping, sidecar,
                        write_json, write_jsonl)
 from cheems.records import CheemsInputError, Prompt, main_category_of
@@ -307,7 +308,7 @@ def _resolve_columns(inputs: Sequence[str | os.PathLike], output: str | os.PathL
         return None
     with gc_paused():  # hundreds of thousands of small long-lived objects, no cycles
         try:
-            lines, arrays, categories = _resolved_batches(inputs, score_of, scope, margin)
+            lines, arrays, categories = _resolved_rows(inputs, score_of, scope, margin)
         except (NotPlain, CheemsInputError):
             return None
     if not categories:
@@ -319,19 +320,43 @@ def _resolve_columns(inputs: Sequence[str | os.PathLike], output: str | os.PathL
 _SUPERVISION_ARRAYS = ("reason", "owner", "strict", "rm_agrees", "conflicted_before", "conflicted_after")
 
 
-def _resolved_batches(inputs: Sequence[str | os.PathLike], score_of: dict, scope: str,
-                      margin: float) -> tuple[list[bytes], dict[str, list[np.ndarray]], list[str]]:
-    """The lines :func:`_resolve_columns` writes, one per row; the arrays of
-    :data:`_SUPERVISION_ARRAYS` per batch of rows (``owner``: the row's index among all); each
-    row's main category. A batch is filtered and written while its parsed rows are in the CPU
-    cache (prompts are independent). NotPlain for input the object path reads."""
+def _resolved_rows(inputs: Sequence[str | os.PathLike], score_of: dict, scope: str,
+                   margin: float) -> tuple[list[bytes], dict[str, list[np.ndarray]], list[str]]:
+    """:func:`_resolved_batches` of the rows of ``inputs``; a big input's two halves in two
+    processes (:mod:`cheems.formats.halves`), joined in order. NotPlain for input the object
+    path reads (a prompt id in both halves included)."""
+    halves = line_halves(inputs, default_subsets=False)
+    if halves is None:
+        return _resolved_batches(columnar_batches(inputs, default_subsets=False, keep_rows=True,
+                                                  keep_comparisons=True), score_of, scope, margin)[:3]
+
+    def resolve_half(segments):
+        return _resolved_batches(batches_of(segment_chunks(segments), keep_rows=True, keep_comparisons=True),
+                                 score_of, scope, margin)
+
+    (lines, arrays, categories, seen), (more_lines, more_arrays, more_categories, more_seen) = \
+        in_two_processes(resolve_half, *halves)
+    if not seen.isdisjoint(more_seen):
+        raise NotPlain("a prompt id repeats: the object path names both rows")
+    for k, parts in more_arrays.items():
+        arrays[k] += [x + len(categories) for x in parts] if k == "owner" else parts
+    return lines + more_lines, arrays, categories + more_categories
+
+
+def _resolved_batches(batches: Iterable, score_of: dict, scope: str, margin: float
+                      ) -> tuple[list[bytes], dict[str, list[np.ndarray]], list[str], set[str]]:
+    """The lines :func:`_resolve_columns` writes, one per row of the
+    :class:`~cheems.formats.ColumnarBatch` es; the arrays of :data:`_SUPERVISION_ARRAYS` per
+    batch (``owner``: the row's index among all of them); each row's main category; the rows'
+    ids. A batch is filtered and written while its parsed rows are in the CPU cache (prompts are
+    independent). NotPlain for input the object path reads."""
     from cheems.curation.distant_supervision import filtered_comparison_rows, supervise_arrays
 
     lines: list[bytes] = []
     arrays: dict[str, list[np.ndarray]] = {k: [] for k in _SUPERVISION_ARRAYS}
     categories: list[str] = []
     seen: set[str] = set()
-    for batch in columnar_batches(inputs, default_subsets=False, keep_rows=True, keep_comparisons=True):
+    for batch in batches:
         first_row = len(categories)
         seen.update(batch.ids)
         categories += map(main_category_of, batch.categories)
@@ -347,7 +372,7 @@ def _resolved_batches(inputs: Sequence[str | os.PathLike], score_of: dict, scope
         lines += map(dump_row, batch.written_rows(batch.ranks, kept, extras))
         for k, x in zip(_SUPERVISION_ARRAYS, (reason, owner + first_row, strict, rm_agrees, before, after)):
             arrays[k].append(x)
-    return lines, arrays, categories
+    return lines, arrays, categories, seen
 
 
 def _response_scores(batch, score_of: dict) -> np.ndarray:

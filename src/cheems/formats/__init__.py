@@ -29,8 +29,8 @@ joins them back into one prompt where that is wanted (training). Every error is 
 
 from __future__ import annotations
 
-from cheems.formats.columnar import (ColumnarBatch, StatsSums, columnar_batches, columnar_scores, columnar_stats,
-                                     dump_row)
+from cheems.formats.columnar import (ColumnarBatch, StatsSums, batches_of, columnar_batches, columnar_scores,
+                                     columnar_stats, dump_row)
 from cheems.formats.columnar_rank import RankedColumns, rank_columns
 from cheems.formats.detect import check_format, detect_format, parse_row
 from cheems.formats.fields import CONSUMED, category_field, prompt_field, row_id, subset_field
@@ -47,7 +47,7 @@ from cheems.formats.write import score_rows
 __all__ = ["ANNOTATION_LABELS", "COMPARISON_KEYS", "CONSUMED", "ColumnarBatch", "FORMAT_NAMES", "FORMATS",
            "RESPONSE_KEYS", "ROW_FORMATS", "RankedColumns", "RepeatedRows", "RowFormat", "SHAREGPT_ROLES", "Scores",
            "StatsSums", "category_field", "check_format", "check_unique_ids", "columnar_batches", "columnar_scores",
-           "columnar_stats", "detect_format", "dump_row",
+           "batches_of", "columnar_stats", "detect_format", "dump_row",
            "group_by_prompt", "iter_rows", "key_repeated_rows", "merge_prompts", "NotPlain", "occurrence_id",
            "parse_row", "prompt_field", "rank_columns", "read_many", "read_prompts", "read_scores", "ReadResult",
            "row_chunks", "row_id", "score_rows", "subset_field"]
