@@ -84,9 +84,11 @@ def main() -> None:
         peak, source = device_peak(args.device) if cuda else (None, "")
         print(f"{shape} on {args.device}: {args.prompts} prompts, micro batch {args.micro_batch_size}, "
               f"max length {args.max_length}{', bf16' if args.bf16 else ''}")
+        clean = []  # per budget: it trained, or ended in the one-line message, no traceback
         for budget in args.budgets.split():
             r = train_once(folder, data, Path(d) / f"run-{budget}", budget, args)
             s = r["summary"]
+            clean.append((r["rc"] == 0 or bool(r["oom_line"])) and not r["traceback"])
             if r["rc"] == 0:
                 tps = s.get("tokens_per_s") or 0.0
                 util = f", MFU {mfu(shape, mean_context([args.max_length // 4]), 3, tps, peak):.1%} (rough: " \
@@ -103,6 +105,8 @@ def main() -> None:
                 print("   FAILED: a traceback in the output")
         if cuda:
             print(f"peak: {source}")
+            print(f"goal: every budget (64k at 0.5B among them) trains or ends in the one-line message, never a "
+                  f"traceback: {'meets' if all(clean) else 'misses'}")
 
 
 if __name__ == "__main__":

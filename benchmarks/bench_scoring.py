@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mfu import (SHAPES, build, device_peak, flops_formula, mean_context, mfu,  # noqa: E402
+from mfu import (SHAPES, build, device_peak, flops_formula, mean_context, mfu, mfu_goal_line,  # noqa: E402
                  profile_tables, profiler_activities, shared_prefix_context)
 
 MODES = {"padded": dict(packing=False), "packed": dict(packing=True, share_prefix=False),
@@ -177,7 +177,7 @@ def score_modes(args, models: dict, plain, prompts, lengths, budget: int, figure
     mode's scores."""
     from cheems.scoring.transformers_rm import score_prompts
 
-    reference, results, f = None, {}, figures
+    reference, results, utilisation, f = None, {}, {}, figures
     for mode in args.modes.split(","):
         if mode == PLAIN:
             def run(some):
@@ -197,14 +197,19 @@ def score_modes(args, models: dict, plain, prompts, lengths, budget: int, figure
                    else 1 - plain.real / plain.padded if mode == PLAIN else 0.0)
         results[mode] = f.tokens / wall
         if mode == "shared":  # computed tokens apart from the prefix tokens it did not recompute
+            utilisation[mode] = mfu(f.shape, f.shared_context, 1, f.computed / wall, f.peak)
             efficiency = (f"computed {f.computed / wall:,.0f} tokens/s (+{(f.tokens - f.computed) / wall:,.0f} "
-                          f"prefill-shared)  MFU on computed "
-                          f"{mfu(f.shape, f.shared_context, 1, f.computed / wall, f.peak):6.2%}")
+                          f"prefill-shared)  MFU on computed {utilisation[mode]:6.2%}")
         else:
-            efficiency = f"MFU {mfu(f.shape, f.context, 1, f.tokens / wall, f.peak):6.2%}"
+            utilisation[mode] = mfu(f.shape, f.context, 1, f.tokens / wall, f.peak)
+            efficiency = f"MFU {utilisation[mode]:6.2%}"
         line = (f"{mode:>12}: {wall:8.2f} s  {f.tokens / wall:12,.0f} tokens/s  padding {padding:6.1%}  "
                 f"{efficiency}  max |score diff| {diff:.1e}")
         print(line)
+    goal = mfu_goal_line("score", f.shape, args.device,
+                         max((u for m, u in utilisation.items() if m != PLAIN), default=0.0))
+    if goal:
+        print(goal + " (the best cheems mode)")
     return results
 
 

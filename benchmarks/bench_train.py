@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from mfu import (SHAPES, build, device_peak, flops_formula, mean_context, mfu,  # noqa: E402
+from mfu import (SHAPES, build, device_peak, flops_formula, mean_context, mfu, mfu_goal_line,  # noqa: E402
                  profile_tables, profiler_activities)
 
 GOAL = 1.3  # packed / padded tokens/s wanted on real pairs of very different lengths
@@ -169,7 +169,7 @@ def main() -> None:
         for p, rank in zip(prompts, resolve_conflicts(prompts).ranks):
             p.rank = rank
     peak, peak_text = device_peak(args.device)
-    results = {}
+    results, utilisation = {}, {}
     with tempfile.TemporaryDirectory() as d:
         d = Path(d)
         texts = [p.prompt_text for p in prompts] + [r.content for p in prompts for r in p.responses]
@@ -204,12 +204,17 @@ def main() -> None:
             wall, cpu = time.perf_counter() - t, time.process_time() - cpu
             results[mode] = s["tokens_per_s"]
             computed = s.get("computed_tokens_per_s") or s["tokens_per_s"]
+            utilisation[mode] = mfu(shape, context, factor, computed, peak)
             shared = f" ({computed:,.0f} computed: shared prefixes once)" if computed < 0.999 * s["tokens_per_s"] else ""
             print(f"{mode:>6}: {s['tokens_per_s']:12,.0f} tokens/s{shared}  padding {s['padding_share']:6.1%}  "
-                  f"MFU {mfu(shape, context, factor, computed, peak):6.2%}  "
+                  f"MFU {utilisation[mode]:6.2%}  "
                   f"{s['steps']} steps ({real_tokens / s['steps']:,.0f} real tokens each), "
                   f"pair coverage {s['pair_coverage']:.1%}, loss {s['train_loss']:.4f}, "
                   f"wall {wall:.1f} s, CPU {cpu:.1f} s")
+    goal = mfu_goal_line("train-lora" if args.lora_r else "train", shape, args.device,
+                         max(utilisation.values(), default=0.0))
+    if goal:
+        print(goal)
     if "packed" in results and "padded" in results:
         ratio = results["packed"] / results["padded"]
         print(f"packed / padded: {ratio:.2f}x tokens/s")

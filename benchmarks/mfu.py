@@ -169,3 +169,21 @@ def profile_tables(prof, device: str) -> str:
 
 def mfu(shape: str, context: float, factor: int, tokens_per_s: float, peak: float) -> float:
     return factor * forward_flops_per_token(shape, context) * tokens_per_s / peak
+
+
+MFU_GOALS = {
+    ("train", "qwen2.5-0.5b"): 0.25,  # full fine-tuning
+    ("train-lora", "qwen2.5-7b"): 0.30,  # LoRA with gradient checkpointing
+    ("score", "qwen2.5-0.5b"): 0.40,
+}
+"""The project's MFU goals on an H100-class GPU (dense bf16 peak), by work and model shape."""
+
+
+def mfu_goal_line(work: str, shape: str, device: str, value: float) -> str | None:
+    """The line a benchmark prints for the MFU goal of ``work`` on ``shape`` (None where the
+    project sets none, or off a GPU): the goal, whether ``value`` meets it, the value."""
+    goal = MFU_GOALS.get((work, shape))
+    if goal is None or not device.startswith("cuda"):
+        return None
+    verdict = "meets" if value >= goal else "misses"
+    return f"goal: {work} {shape} >= {goal:.0%} MFU on an H100-class GPU: {verdict} ({value:.1%})"
