@@ -397,3 +397,18 @@ def test_a_child_that_fails_leaves_its_half_to_the_parent(tmp_path, sample_annot
         mp.setattr(columnar_rank, "_rank_segments", fails_in_the_child)
         assert check_rank(paths, tmp_path, keep_comparisons=True)
     assert calls == [1]
+
+
+def test_no_child_to_be_had_ranks_in_one_process(tmp_path, sample_annotations):
+    import os
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    calls: list = []
+    with pytest.MonkeyPatch.context() as mp:
+        _two_processes_forced(mp, calls)
+        mp.setattr(os, "fork", no_fork)
+        assert check_rank([sample_annotations / "open.jsonl", sample_annotations / "human.jsonl"], tmp_path,
+                          keep_comparisons=False)
+    assert calls == [1]

@@ -89,9 +89,18 @@ def _may_fork() -> bool:
 def in_two_processes(work: Callable[[list[Segment]], T], first: list[Segment], second: list[Segment]) -> list[T]:
     """``[work(first), work(second)]``, the second done by a forked child while this process
     does the first, its result sent back pickled through a pipe. A child that fails (whatever
-    the reason, a kill included) sends nothing whole back, and this process does its work itself."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
+    the reason, a kill included) sends nothing whole back, and this process does its work itself;
+    so it does when no child can be started."""
+    try:
+        read_end, write_end = os.pipe()
+    except OSError:  # no file descriptor left: one process does it all
+        return [work(first), work(second)]
+    try:
+        pid = os.fork()
+    except OSError:  # no process or memory to be had: one process does it all
+        os.close(read_end)
+        os.close(write_end)
+        return [work(first), work(second)]
     if pid == 0:  # the child: never returns
         try:
             os.close(read_end)
