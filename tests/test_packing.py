@@ -433,3 +433,11 @@ def test_scored_batches_cut_prompts_greedily_within_the_budget(prompts, budget, 
         if prompt_of[g[0]] == prompt_of[h[0]]:
             grown = [encoded[i] for i in g + h[:1]]
             assert len(grown) > batch_size or packed_cost(grown, True) > budget
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=40), min_size=1, max_size=6), st.booleans())
+def test_common_prefix_is_the_plain_one(seqs, as_tuples):
+    """Few token values, so sequences share long prefixes and depart anywhere."""
+    given_seqs = [tuple(s) for s in seqs] if as_tuples else seqs
+    assert common_prefix(given_seqs) == plain_common_prefix(seqs)
