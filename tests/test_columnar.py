@@ -338,7 +338,6 @@ def test_the_shortest_rows_at_the_nesting_limit(tmp_path, depth, shape):
 
 def _two_processes_forced(mp, calls: list) -> None:
     """Every columnar input is ranked in two processes, however small; ``calls`` counts the forks."""
-    import cheems.formats.columnar_rank as columnar_rank
     import cheems.formats.halves as halves
 
     real = halves.in_two_processes
@@ -349,7 +348,7 @@ def _two_processes_forced(mp, calls: list) -> None:
 
     mp.setattr(halves, "PARALLEL_BYTES", 0)
     mp.setattr(halves, "_may_fork", lambda: True)
-    mp.setattr(columnar_rank, "in_two_processes", counted)
+    mp.setattr(halves, "in_two_processes", counted)
 
 
 @settings(max_examples=60, deadline=None)
@@ -384,17 +383,17 @@ def test_a_child_that_fails_leaves_its_half_to_the_parent(tmp_path, sample_annot
     import cheems.formats.columnar_rank as columnar_rank
 
     parent, calls = os.getpid(), []
-    real = columnar_rank._rank_segments
+    real = columnar_rank._rank_batches
 
-    def fails_in_the_child(segments, keep):
+    def fails_in_the_child(batches):
         if os.getpid() != parent:
             fail()
-        return real(segments, keep)
+        return real(batches)
 
     paths = [sample_annotations / "open.jsonl", sample_annotations / "human.jsonl"]
     with pytest.MonkeyPatch.context() as mp:
         _two_processes_forced(mp, calls)
-        mp.setattr(columnar_rank, "_rank_segments", fails_in_the_child)
+        mp.setattr(columnar_rank, "_rank_batches", fails_in_the_child)
         assert check_rank(paths, tmp_path, keep_comparisons=True)
     assert calls == [1]
 

@@ -153,7 +153,7 @@ def test_resolve_in_two_processes_writes_the_bytes_of_the_object_path(files, sco
     with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
         mp.setattr(halves, "PARALLEL_BYTES", 0)
         mp.setattr(halves, "_may_fork", lambda: True)
-        mp.setattr(stages, "in_two_processes", counted)
+        mp.setattr(halves, "in_two_processes", counted)
         tmp = Path(d)
         paths = write_files(files, tmp)
         scores = write_scores(paths, tmp, scores_choice, 1000)

@@ -28,9 +28,9 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from cheems.formats import (NotPlain, batches_of, check_unique_ids, columnar_batches, columnar_scores, dump_row,
+from cheems.formats import (NotPlain, check_unique_ids, columnar_batches, columnar_scores, dump_row,
                             read_prompts)
-from cheems.formats.halves import in_two_processes, line_halves, segment_chunks
+from cheems.formats.halves import batch_parts
 from cheems.io import (atomic_open, check_outputs, gc_paused, outputs_together, read_yaml_mapping, sidecar,
                        write_json, write_jsonl)
 from cheems.records import CheemsInputError, Prompt, main_category_of
@@ -323,24 +323,18 @@ _SUPERVISION_ARRAYS = ("reason", "owner", "strict", "rm_agrees", "conflicted_bef
 def _resolved_rows(inputs: Sequence[str | os.PathLike], score_of: dict, scope: str,
                    margin: float) -> tuple[list[bytes], dict[str, list[np.ndarray]], list[str]]:
     """:func:`_resolved_batches` of the rows of ``inputs``; a big input's two halves in two
-    processes (:mod:`cheems.formats.halves`), joined in order. NotPlain for input the object
-    path reads (a prompt id in both halves included)."""
-    halves = line_halves(inputs, default_subsets=False)
-    if halves is None:
-        return _resolved_batches(columnar_batches(inputs, default_subsets=False, keep_rows=True,
-                                                  keep_comparisons=True), score_of, scope, margin)[:3]
-
-    def resolve_half(segments):
-        return _resolved_batches(batches_of(segment_chunks(segments), keep_rows=True, keep_comparisons=True),
-                                 score_of, scope, margin)
-
-    (lines, arrays, categories, seen), (more_lines, more_arrays, more_categories, more_seen) = \
-        in_two_processes(resolve_half, *halves)
-    if not seen.isdisjoint(more_seen):
-        raise NotPlain("a prompt id repeats: the object path names both rows")
-    for k, parts in more_arrays.items():
-        arrays[k] += [x + len(categories) for x in parts] if k == "owner" else parts
-    return lines + more_lines, arrays, categories + more_categories
+    processes (:func:`cheems.formats.halves.batch_parts`), joined in order. NotPlain for input
+    the object path reads (a prompt id in both halves included)."""
+    parts = batch_parts(inputs, lambda batches: _resolved_batches(batches, score_of, scope, margin),
+                        default_subsets=False, keep_comparisons=True)
+    lines, arrays, categories, seen = parts[0]
+    for more_lines, more_arrays, more_categories, more_seen in parts[1:]:
+        if not seen.isdisjoint(more_seen):
+            raise NotPlain("a prompt id repeats: the object path names both rows")
+        for k, more in more_arrays.items():
+            arrays[k] += [x + len(categories) for x in more] if k == "owner" else more
+        lines, categories = lines + more_lines, categories + more_categories
+    return lines, arrays, categories
 
 
 def _resolved_batches(batches: Iterable, score_of: dict, scope: str, margin: float

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from cheems.formats.columnar import ColumnarBatch, batches_of, columnar_batches, dump_row
-from cheems.formats.halves import Segment, in_two_processes, line_halves, segment_chunks
+from cheems.formats.columnar import ColumnarBatch, dump_row
+from cheems.formats.halves import batch_parts
 from cheems.formats.rows import NotPlain
 
 __all__ = ["RankedColumns", "rank_columns"]
@@ -75,12 +75,7 @@ def _rank_columns(annotations: Sequence[str | os.PathLike], output: str | os.Pat
     from cheems.graph import conflict_report
     from cheems.io import atomic_open, outputs_together, write_json
 
-    halves = line_halves(annotations, default_subsets=True)
-    if halves is None:
-        parts = [_rank_batches(columnar_batches(annotations, default_subsets=True, keep_rows=True,
-                                                keep_comparisons=keep_comparisons))]
-    else:
-        parts = in_two_processes(lambda segments: _rank_segments(segments, keep_comparisons), *halves)
+    parts = batch_parts(annotations, _rank_batches, default_subsets=True, keep_comparisons=keep_comparisons)
     ids = [i for part in parts for i in part.ids]
     subsets = [s for part in parts for s in part.subsets]
     if len(set(ids)) != len(ids):
@@ -113,7 +108,3 @@ def _rank_batches(batches: Iterator[ColumnarBatch]) -> _Part:
         for k in _COUNTS:
             part.counts[k].append(getattr(res, k))
     return part
-
-
-def _rank_segments(segments: list[Segment], keep_comparisons: bool) -> _Part:
-    return _rank_batches(batches_of(segment_chunks(segments), keep_rows=True, keep_comparisons=keep_comparisons))

@@ -8,7 +8,8 @@ by :func:`line_halves` into two halves of (nearly) as many lines; :func:`in_two_
 the work on the second half in a child process (``os.fork``: on Linux, with two cores or more
 for this process and no other thread running, whose locks would stay locked in the child) while
 this process works on the first, and the child sends its result back pickled through a pipe.
-The caller joins the two results in order, so its output is what one process writes. Should the
+:func:`batch_parts` does both for work on columnar batches. The caller joins the results in
+order, so its output is what one process writes. Should the
 child fail for any reason (an error, a kill), this process does its half itself, so an error is
 raised here as it would be without the child.
 """
@@ -23,10 +24,11 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
-from cheems.formats.columnar import CHUNK_ROWS, NOT_COLUMNAR_SUFFIXES
+from cheems.formats.columnar import (CHUNK_ROWS, NOT_COLUMNAR_SUFFIXES, ColumnarBatch, batches_of,
+                                     columnar_batches)
 from cheems.formats.rows import NotPlain, jsonl_lines, parse_lines
 
-__all__ = ["PARALLEL_BYTES", "Segment", "in_two_processes", "line_halves", "segment_chunks"]
+__all__ = ["PARALLEL_BYTES", "Segment", "batch_parts", "in_two_processes", "line_halves", "segment_chunks"]
 
 PARALLEL_BYTES = 8 << 20
 """Inputs of at least this many bytes (all files together) are read by two processes."""
@@ -35,6 +37,21 @@ Segment = tuple[Path, "str | None", list[bytes]]
 """Some consecutive lines of one file: its path, the rows' default subset (its stem, or None), the lines."""
 
 T = TypeVar("T")
+
+
+def batch_parts(paths: Sequence[str | os.PathLike], work: Callable[[Iterator[ColumnarBatch]], T], *,
+                default_subsets: bool, keep_comparisons: bool = False) -> list[T]:
+    """``work`` over the :class:`~cheems.formats.columnar.ColumnarBatch` es (rows kept) of the
+    files: ``[work(every batch)]`` in this process, or for a big input (:func:`line_halves`)
+    ``[work(the first half's batches), work(the second half's)]`` in two processes
+    (:func:`in_two_processes`). ``work`` raises NotPlain for rows it leaves to the object path."""
+    halves = line_halves(paths, default_subsets=default_subsets)
+    if halves is None:
+        return [work(columnar_batches(paths, default_subsets=default_subsets, keep_rows=True,
+                                      keep_comparisons=keep_comparisons))]
+    return in_two_processes(
+        lambda segments: work(batches_of(segment_chunks(segments), keep_rows=True, keep_comparisons=keep_comparisons)),
+        *halves)
 
 
 def segment_chunks(segments: list[Segment]) -> Iterator[tuple[list, str | None]]:
