@@ -139,17 +139,23 @@ def _spoil(row: dict, how: str) -> None:
 
 
 @st.composite
-def annotation_files(draw, bad: bool = False):
-    """1-3 files of rows; with ``bad``, one row of one file is wrong in one field."""
+def files_of(draw, row, bad: bool = False):
+    """1-3 files of the rows ``row(i, bad=...)`` draws (each with a blank line or not, as JSONL
+    or a JSON list); with ``bad``, one row of one file is wrong in one field."""
     files, i = [], 0
     spoiled = draw(st.integers(0, 20)) if bad else -1
     for _ in range(draw(st.integers(1, 3))):
         rows = []
         for _ in range(draw(st.integers(0, 6))):
-            rows.append(draw(annotated_row(i, bad=i == spoiled)))
+            rows.append(draw(row(i, bad=i == spoiled)))
             i += 1
         files.append((rows, draw(st.booleans()), draw(st.sampled_from(["jsonl", "jsonl", "json"]))))
     return files
+
+
+def annotation_files(bad: bool = False):
+    """1-3 files of annotated rows (:func:`files_of`)."""
+    return files_of(annotated_row, bad)
 
 
 def write_files(files, tmp: Path) -> list[Path]:

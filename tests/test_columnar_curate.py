@@ -20,7 +20,7 @@ import cheems.curation.stages as stages
 from cheems.formats import columnar_scores, read_prompts, read_scores
 from cheems.records import CheemsInputError
 from tests.conftest import run_cli_in, write_jsonl_rows
-from tests.test_columnar import annotated_row, write_files
+from tests.test_columnar import annotated_row, files_of, write_files
 
 EARLIER = [{"a": "x", "b": "y", "label": "g", "dropped": "length_debias"}]
 
@@ -41,18 +41,9 @@ def judged_row(draw, i: int, bad: bool = False):
     return row
 
 
-@st.composite
-def judged_files(draw, bad: bool = False):
-    """1-3 files of judged rows; with ``bad``, one row of one file is wrong in one field."""
-    files, i = [], 0
-    spoiled = draw(st.integers(0, 20)) if bad else -1
-    for _ in range(draw(st.integers(1, 3))):
-        rows = []
-        for _ in range(draw(st.integers(0, 6))):
-            rows.append(draw(judged_row(i, bad=i == spoiled)))
-            i += 1
-        files.append((rows, draw(st.booleans()), draw(st.sampled_from(["jsonl", "jsonl", "json"]))))
-    return files
+def judged_files(bad: bool = False):
+    """1-3 files of judged rows (:func:`tests.test_columnar.files_of`)."""
+    return files_of(judged_row, bad)
 
 
 def _score(key: tuple[str, str], levels: int) -> float:
