@@ -15,7 +15,7 @@ from cheems.models.packing import pack_sequences, packed_backend
 from cheems.models.sequences import default_token_budget, pad_right, plan_batches
 from cheems.training.training_data import EvalSet
 
-__all__ = ["batch_rewards", "evaluate_weights", "score_in_shares"]
+__all__ = ["batch_rewards", "evaluate_weights", "score_in_shares", "train_outputs"]
 
 
 def batch_rewards(reward_model, seqs: list[list[int]], *, packing: bool, pad_id: int, device,
@@ -26,6 +26,23 @@ def batch_rewards(reward_model, seqs: list[list[int]], *, packing: bool, pad_id:
         batch = pack_sequences(seqs, device, groups=groups, backend=packed_backend(device))
         return reward_model(batch.input_ids, packing=batch)
     return reward_model(*pad_right(seqs, pad_id, device))
+
+
+def train_outputs(run, seqs: list[list[int]], lm_starts: list[int | None], groups: list[list[int]] | None = None):
+    """One training forward of ``run``'s reward model under its autocast: ``(rewards, logits,
+    targets)``. For the dual objective the LM logits and targets of the sequences whose
+    ``lm_starts`` entry is not None (`cheems.training.dual.dual_outputs`); otherwise the rewards
+    alone (`batch_rewards`, ``groups`` sharing their prefixes), logits and targets None."""
+    config, device, pad_id = run.config, run.accelerator.device, run.tokenizer.pad_token_id
+    with run.accelerator.autocast():
+        if config.objective == "dual":
+            from cheems.training.dual import dual_outputs
+
+            return dual_outputs(run.reward_model, seqs, lm_starts, packing=config.packing, pad_id=pad_id,
+                                device=device)
+        rewards = batch_rewards(run.reward_model, seqs, packing=config.packing, groups=groups, pad_id=pad_id,
+                                device=device)
+        return rewards, None, None
 
 
 def score_in_shares(accelerator, model, seqs: list[list[int]], score_batch, *, batch_size: int,

@@ -170,23 +170,16 @@ def _piece_forward_backward(run, piece: Piece, *, n_pairs: int, n_rows: int, n_l
     """Forward and backward of one piece with its share of the batch's loss; its terms (and
     ``loss``) as detached device tensors. Its activations go when it returns."""
     from cheems.models.sequences import device_tensor
-    from cheems.training.evaluation import batch_rewards
+    from cheems.training.evaluation import train_outputs
     from cheems.training.loss import bradley_terry_terms, dual_loss, lm_loss
 
     config, data, device = run.config, run.data, run.accelerator.device
-    dual, pad_id = config.objective == "dual", run.tokenizer.pad_token_id
+    dual = config.objective == "dual"
     seqs = [data.ids[i] for i in piece.rows]
     run.batch_tokens = sum(map(len, seqs))  # named if the piece runs out of memory
-    with run.accelerator.autocast():
-        if dual:
-            from cheems.training.dual import dual_outputs
-
-            counted = set(piece.counted)
-            starts = [data.response_starts[i] if k in counted else None for k, i in enumerate(piece.rows)]
-            rewards, logits, targets = dual_outputs(run.reward_model, seqs, starts, packing=config.packing,
-                                                    pad_id=pad_id, device=device)
-        else:
-            rewards = batch_rewards(run.reward_model, seqs, packing=config.packing, pad_id=pad_id, device=device)
+    counted = set(piece.counted) if dual else ()
+    starts = [data.response_starts[i] if k in counted else None for k, i in enumerate(piece.rows)] if dual else []
+    rewards, logits, targets = train_outputs(run, seqs, starts)
     loss, terms = bradley_terry_terms(rewards, device_tensor(list(piece.better), device),
                                       device_tensor(list(piece.worse), device), config.reg_coef,
                                       counted=device_tensor(list(piece.counted), device), n_pairs=n_pairs,

@@ -45,7 +45,7 @@ from cheems.io import files_fingerprint, writes_into
 from cheems.models.memory_budget import AUTO, free_cached_memory, out_of_memory_said
 from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
-from cheems.training.evaluation import batch_rewards, evaluate_weights
+from cheems.training.evaluation import batch_rewards, evaluate_weights, train_outputs
 from cheems.training.loss import bradley_terry_terms, dual_loss, lm_loss
 from cheems.training.oom_retry import MemoryCap, pieces_forward_backward, resumed_budget
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, finished_summary, save_checkpoint, save_final_model,
@@ -318,16 +318,8 @@ def _forward_backward(run: TrainingRun, batch: list[int], cap: MemoryCap | None 
     groups = _prompt_groups(parts[rank], run.data.items) if _shares_prefix(run.config) else None
     run.batch_tokens = sum(map(len, seqs))  # named if the batch runs out of memory
     with accelerator.accumulate(run.reward_model):  # DDP syncs on the group's last batch only
-        with accelerator.autocast():
-            if dual:
-                from cheems.training.dual import dual_outputs
-
-                rewards, logits, targets = dual_outputs(  # (part,), (tokens, vocab), (tokens,)
-                    run.reward_model, seqs, _lm_starts(parts, rank, run.data.response_starts),
-                    packing=run.config.packing, pad_id=run.tokenizer.pad_token_id, device=device)
-            else:
-                rewards = batch_rewards(run.reward_model, seqs, packing=run.config.packing, groups=groups,
-                                        pad_id=run.tokenizer.pad_token_id, device=device)  # (this process's part,)
+        starts = _lm_starts(parts, rank, run.data.response_starts) if dual else []
+        rewards, logits, targets = train_outputs(run, seqs, starts, groups)  # rewards: this process's part
         if n_proc > 1:
             rewards = gather_rewards(rewards, [len(p) for p in parts], rank)  # (whole batch,)
         rewards = rewards[device_tensor(first_copies, device)]
