@@ -12,6 +12,7 @@ Usage:
   python benchmarks/bench_scoring.py --cheemsbench                    # 2,492 prompts x 5 responses
   python benchmarks/bench_scoring.py --device cuda --shape qwen2.5-0.5b --cheemsbench
   python benchmarks/bench_scoring.py --device cuda --shape qwen2.5-7b --cheemsbench --modes shared
+  python benchmarks/bench_scoring.py --device cuda --modes shared --compile --fixed-shapes
 The conversations: prompts drawn from the bundled sample, each with --responses responses of
 about --chars Chinese characters cut from the sample's responses. tokens/s counts every
 conversation's tokens whole (what the scores cover), timed end to end (encoding included:
@@ -21,6 +22,9 @@ shared mode computes fewer tokens than that: each prompt's common prefix once (t
 recompute are reported apart ("prefill-shared"), its row gives tokens/s of the computed
 tokens beside that of all tokens, and its MFU is on the computed tokens, with their own
 mean context (`mfu.shared_prefix_context`). Every other mode's MFU is on all tokens.
+With --fixed-shapes the packed modes pad each row to one of a few lengths (what --compile
+then compiles once each); the padding tokens they add are reported as a share of the tokens the
+rows computed (padding included), in the padding column and apart.
 """
 
 from __future__ import annotations
@@ -92,6 +96,8 @@ def parse_args():
     ap.add_argument("--liger-kernels", action="store_true", help="Liger's fused kernels in every cheems mode (CUDA)")
     ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer in every cheems mode "
                     "(the first batches compile; the timing includes them, as a run would)")
+    ap.add_argument("--fixed-shapes", action="store_true", help="pad every packed row to one of a few lengths "
+                    "in every cheems packed mode (static shapes for --compile)")
     ap.add_argument("--alone", type=int, default=0, help="also score the first N one at a time")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="also profile scoring the first 300 prompts with torch.profiler; tables to FILE.<mode>.txt")
@@ -117,7 +123,8 @@ def main() -> None:
         texts = [p.prompt_text for p in sample] + [r.content for p in sample for r in p.responses]
         folder = build(Path(args.model_dir) if args.model_dir else Path(d) / "model", shape, texts, args.device)
         models = {mode: load_reward_model(folder, device=args.device, max_length=4096,
-                                          liger_kernels=args.liger_kernels, compile=args.compile, **MODES[mode])
+                                          liger_kernels=args.liger_kernels, compile=args.compile,
+                                          fixed_shapes=args.fixed_shapes, **MODES[mode])
                   for mode in modes if mode != PLAIN}
         any_rm = next(iter(models.values()), None) or load_reward_model(folder, device="cpu", max_length=4096)
         plain = PlainLoop(folder, args.device, args.plain_batch_size) if PLAIN in modes else None
@@ -133,7 +140,8 @@ def main() -> None:
     figures = Figures(shape, peak, tokens, context, computed,
                       shared_prefix_context([(common_prefix(seqs), [len(s) for s in seqs]) for seqs in encoded]))
     budget = any_rm.token_budget(args.token_budget)
-    print(f"{shape} on {args.device} ({any_rm.model.dtype}, liger {args.liger_kernels}, compile {args.compile}): {len(prompts):,} prompts, "
+    print(f"{shape} on {args.device} ({any_rm.model.dtype}, liger {args.liger_kernels}, compile {args.compile}, "
+          f"fixed shapes {args.fixed_shapes}): {len(prompts):,} prompts, "
           f"{len(lengths):,} conversations, {tokens:,} tokens (mean {tokens / len(lengths):,.0f}); a shared prefix "
           f"computes {computed:,} of them and leaves {tokens - computed:,} prefill-shared "
           f"({1 - computed / tokens:.1%}); token budget {budget}, batch size {args.batch_size} "
@@ -175,7 +183,7 @@ def score_modes(args, models: dict, plain, prompts, lengths, budget: int, figure
     """Score ``prompts`` in each mode of ``args.modes`` (after a small warm-up), print its row,
     and return its tokens/s (all tokens) by mode. The largest score difference is to the first
     mode's scores."""
-    from cheems.scoring.transformers_rm import score_prompts
+    from cheems.scoring.transformers_rm import RowStats, score_prompts
 
     reference, results, utilisation, f = None, {}, {}, figures
     for mode in args.modes.split(","):
@@ -189,12 +197,14 @@ def score_modes(args, models: dict, plain, prompts, lengths, budget: int, figure
         run(prompts[:4])  # warm-up
         if plain is not None:
             plain.real = plain.padded = 0
+        if mode in models:
+            models[mode].row_stats = RowStats()  # the timed run's rows only
         rows, wall = timed(lambda: run(prompts), args.device)  # noqa: B023  (called at once)
         scores = {(pid, rid): s for pid, rid, s in rows}
         reference = reference or scores
         diff = max(abs(scores[k] - reference[k]) for k in reference)
         padding = (_padding_share(lengths, budget, args.batch_size) if mode == "padded"
-                   else 1 - plain.real / plain.padded if mode == PLAIN else 0.0)
+                   else 1 - plain.real / plain.padded if mode == PLAIN else _fixed_padding(models[mode])[1])
         results[mode] = f.tokens / wall
         if mode == "shared":  # computed tokens apart from the prefix tokens it did not recompute
             utilisation[mode] = mfu(f.shape, f.shared_context, 1, f.computed / wall, f.peak)
@@ -205,6 +215,9 @@ def score_modes(args, models: dict, plain, prompts, lengths, budget: int, figure
             efficiency = f"MFU {utilisation[mode]:6.2%}"
         line = (f"{mode:>12}: {wall:8.2f} s  {f.tokens / wall:12,.0f} tokens/s  padding {padding:6.1%}  "
                 f"{efficiency}  max |score diff| {diff:.1e}")
+        if args.fixed_shapes and mode in models and models[mode].packing:
+            added, share = _fixed_padding(models[mode])
+            line += f"  fixed shapes: +{added:,} padding tokens ({share:.1%} of computed)"
         print(line)
     goal = mfu_goal_line("score", f.shape, args.device,
                          max((u for m, u in utilisation.items() if m != PLAIN), default=0.0))
@@ -267,6 +280,13 @@ def _profile(fn, path: str, device: str) -> None:
     pstats.Stats(python, stream=text).sort_stats("tottime").print_stats(30)
     Path(path).write_text(profile_tables(prof, device) + "\n" + text.getvalue(), encoding="utf-8")
     print(f"profile written to {path}")
+
+
+def _fixed_padding(rm) -> tuple[int, float]:
+    """The padding tokens fixed shapes added to ``rm``'s packed rows, and their share of the
+    tokens the rows computed (padding included)."""
+    stats = rm.row_stats
+    return stats.padding_tokens, stats.padding_tokens / max(1, stats.row_tokens)
 
 
 def _padding_share(lengths, budget: int, batch_size: int) -> float:

@@ -55,8 +55,17 @@ def decoder_layers(model):
 
 
 def compile_layers(model, *, dynamic: bool = True) -> int:
-    """``torch.compile`` each decoder layer of ``model`` in place (sequence lengths vary from
-    batch to batch: ``dynamic``); returns how many were compiled."""
+    """``torch.compile`` each decoder layer of ``model`` in place; returns how many were compiled.
+
+    ``dynamic``: sequence lengths vary from batch to batch, so the graphs take symbolic lengths.
+    With fixed shapes (:mod:`cheems.models.fixed_shapes`) the rows take one of a few lengths and
+    ``dynamic=False`` compiles one graph per length, specialised to it, within torch.compile's
+    default limit of 8 versions. The default mode is kept, not ``reduce-overhead`` (CUDA
+    graphs): the packed attention (the CPU loop, and with fixed shapes the variable-length
+    kernels) runs outside the graph, cutting each layer's graph in two, and CUDA graphs would
+    record each piece of each layer at each row length with static buffers of its own: much
+    memory, for launch overhead that is small beside a forward of thousands of tokens (CUDA
+    graphs pay off on small, launch-bound batches)."""
     require_torch()
     layers = decoder_layers(model)
     for layer in layers:

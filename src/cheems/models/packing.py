@@ -28,6 +28,12 @@ prefix, or a member's own tokens) is one query sequence, and a member's keys are
 prefix followed by its own tokens, gathered into one key row; the kernels' causal mask is
 aligned to the end of the keys, so a member's j-th token sees the whole prefix and its own
 first j tokens, as it would in its full sequence.
+
+Fixed shapes (``pad_to``, :mod:`cheems.models.fixed_shapes`): the row is padded to a given
+length by one trailing padding segment, a lone sequence of pad tokens that attends to itself
+only and is never read, and the variable-length kernels' tables are padded with zero-length
+segments to a bucketed count; the kernel is then called outside any compiled graph, so the
+compiled layers meet the row's length as their only changing shape.
 """
 
 from __future__ import annotations
@@ -40,12 +46,13 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from cheems.models.checkpoints import require_torch, unwrap_peft
+from cheems.models.fixed_shapes import table_length
 from cheems.models.sequences import apply_head, device_tensor
 from cheems.records import CheemsInputError
 
 __all__ = ["ATTENTION_NAME", "BACKENDS", "Group", "PackedBatch", "common_prefix", "pack_sequences",
-           "packed_attention", "packed_backend", "packed_cost", "padded_attention", "rewards_at",
-           "use_packed_attention"]
+           "packed_attention", "packed_backend", "packed_cost", "padded_attention", "prepare_attention",
+           "rewards_at", "use_packed_attention"]
 
 ATTENTION_NAME = "cheems_packed"
 BACKENDS = ("segments", "flash", "varlen", "flex")
@@ -64,8 +71,9 @@ class Group:
 @dataclass
 class PackedBatch:
     """A packed forward batch: ``input_ids`` and ``position_ids`` (1, T), ``last`` (n,) the row
-    position of each input sequence's last token (input order), ``groups`` the layout, and the
-    attention ``backend``. ``cache`` keeps per-batch attention metadata (built on first use)."""
+    position of each input sequence's last token (input order), ``groups`` the layout (with
+    ``padding``, its last group is the padding segment), and the attention ``backend``.
+    ``cache`` keeps per-batch attention metadata (built on first use)."""
 
     input_ids: object
     position_ids: object
@@ -73,8 +81,14 @@ class PackedBatch:
     groups: list[Group]
     backend: str
     real_tokens: int  # tokens of the input sequences, counted whole
-    row_tokens: int  # tokens in the row (fewer when prefixes are shared)
+    row_tokens: int  # tokens in the row, T (fewer than real when prefixes are shared; padding included)
+    padding: int = 0  # of row_tokens, the trailing padding segment's
+    fixed_shapes: bool = False  # padded to a given length (pad_to): attention tables bucketed too
     cache: dict = field(default_factory=dict)
+
+    def sequence_groups(self) -> list[Group]:
+        """The groups holding input sequences: ``groups`` without the padding segment."""
+        return self.groups[:-1] if self.padding else self.groups
 
     def forward_kwargs(self) -> dict:
         """Keyword arguments for the base model's forward: ids, positions, the layout."""
@@ -112,10 +126,12 @@ def packed_cost(seqs: Sequence[Sequence[int]], share_prefix: bool) -> int:
 
 
 def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Sequence[int]] | None = None,
-                   backend: str = "segments") -> PackedBatch:
+                   backend: str = "segments", pad_to: int | None = None, pad_id: int = 0) -> PackedBatch:
     """One row holding ``seqs`` (see the module docs). ``groups`` lists indices into ``seqs``
     whose common prefix is laid down once (every index in exactly one group); without it each
-    sequence stands alone. O(T)."""
+    sequence stands alone. ``pad_to``: the row is filled up to that many tokens by one padding
+    segment (``pad_id`` tokens, positions from 0, a group of its own that no ``last`` points
+    into), and the attention tables are bucketed (`PackedBatch.fixed_shapes`). O(T)."""
     require_torch()
     if backend not in BACKENDS:
         raise CheemsInputError(f"packed attention backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
@@ -140,8 +156,18 @@ def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Se
             pos.extend(range(p, p + len(own)))
             last[i] = len(ids) - 1
         layout.append(Group(start, p, tuple(spans)))
+    padding = 0
+    if pad_to is not None:
+        if pad_to < len(ids):
+            raise CheemsInputError(f"a packed row of {len(ids)} tokens cannot be padded to {pad_to}")
+        padding = pad_to - len(ids)
+        if padding:
+            layout.append(Group(len(ids), 0, ((len(ids), padding),)))
+            ids.extend([pad_id] * padding)
+            pos.extend(range(padding))
     return PackedBatch(device_tensor([ids], device), device_tensor([pos], device), device_tensor(last, device),
-                       layout, backend, real_tokens=sum(len(s) for s in seqs), row_tokens=len(ids))
+                       layout, backend, real_tokens=sum(len(s) for s in seqs), row_tokens=len(ids), padding=padding,
+                       fixed_shapes=pad_to is not None)
 
 
 def rewards_at(hidden, batch: PackedBatch, head):
@@ -259,7 +285,12 @@ def _cascade_members(op, qp, kp, vp, members, scaling):
 def _varlen_layout(batch: PackedBatch, device):
     """The row as variable-length segments (see the module docs): cumulative query and key
     lengths (int32), the longest of each, and the row positions gathered into the key row
-    (None when no group shares a prefix: the keys are the row itself). Cached on the batch."""
+    (None when no group shares a prefix: the keys are the row itself). Cached on the batch.
+
+    With ``batch.fixed_shapes`` the tables have a bucketed length (`table_length`): zero-length
+    segments follow the row's, the last of them holding no queries and, with shared prefixes,
+    the keys that fill the key row up to its bucketed length (gathered from row position 0,
+    never attended to)."""
     cached = batch.cache.get("varlen")
     if cached is not None:
         return cached
@@ -278,6 +309,12 @@ def _varlen_layout(batch: PackedBatch, device):
             if shared:
                 gather.extend(range(s, s + p))
                 gather.extend(range(a, a + n))
+    if batch.fixed_shapes:
+        spare = table_length(len(q_lens) + 1) - len(q_lens)  # at least one: it takes the filler keys
+        filler = table_length(len(gather)) - len(gather) if shared else 0
+        q_lens.extend([0] * spare)
+        k_lens.extend([0] * (spare - 1) + [filler])
+        gather.extend([0] * filler)
 
     def cumulative(lens):
         return device_tensor([0, *itertools.accumulate(lens)], device, torch.int32)
@@ -353,6 +390,14 @@ def _autocast_dtype(torch, kind: str):
         return torch.get_autocast_gpu_dtype() if kind == "cuda" and torch.is_autocast_enabled() else None
 
 
+def _kernel_takes(query, key, value, backend: str) -> bool:
+    """Whether the variable-length kernel of ``backend`` runs on these inputs: they are in its
+    dtypes, or autocast casts them to one (a float32 model outside autocast runs flex instead)."""
+    dtypes = getattr(_varlen_kernel(backend), "dtypes", None)
+    return (not dtypes or {query.dtype, key.dtype, value.dtype} <= dtypes
+            or _autocast_dtype(require_torch(), query.device.type) in dtypes)
+
+
 def _varlen_attention(query, key, value, batch: PackedBatch, scaling, dropout: float):
     """A variable-length kernel (flash-attn's or PyTorch's) over the row's segments, shared
     prefixes gathered into each member's keys (module docs). (1, H, T, D) in, (1, T, H, D) out.
@@ -361,12 +406,12 @@ def _varlen_attention(query, key, value, batch: PackedBatch, scaling, dropout: f
     rotary embedding leaves queries and keys in float32) the inputs are cast to autocast's
     dtype; a float32 model outside autocast runs flex attention instead."""
     torch = require_torch()
+    if not _kernel_takes(query, key, value, batch.backend):
+        return _flex_attention(query, key, value, batch, scaling, dropout)
     kernel = _varlen_kernel(batch.backend)
     dtypes = getattr(kernel, "dtypes", None)
     if dtypes and not {query.dtype, key.dtype, value.dtype} <= dtypes:
         target = _autocast_dtype(torch, query.device.type)
-        if target not in dtypes:
-            return _flex_attention(query, key, value, batch, scaling, dropout)
         query, key, value = query.to(target), key.to(target), value.to(target)
     cu_q, cu_k, max_q, max_k, index = _varlen_layout(batch, query.device)
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # (T, heads, D)
@@ -402,25 +447,45 @@ _FLEX = {}
 def _flex_attention(query, key, value, batch: PackedBatch, scaling, dropout: float):
     """PyTorch flex attention with the row's block-sparse mask (compiled on CUDA)."""
     torch = require_torch()
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
 
     if dropout:
         raise CheemsInputError("packed flex attention has no dropout; set the model's attention_dropout to 0")
-    block_mask = batch.cache.get("block_mask")
-    if block_mask is None:
-        block, segment, prefix = _token_labels(batch, query.device)
-
-        def mask_mod(b, h, q, kv):
-            return (block[q] == block[kv]) & (kv <= q) & (prefix[kv] | (segment[q] == segment[kv]))
-
-        t = query.shape[2]
-        block_mask = batch.cache["block_mask"] = create_block_mask(mask_mod, None, None, t, t,
-                                                                   device=str(query.device))
+    block_mask = _flex_block_mask(batch, query.device)
     fn = flex_attention
     if query.is_cuda:
         fn = _FLEX.get("compiled") or _FLEX.setdefault("compiled", torch.compile(flex_attention, dynamic=True))
     out = fn(query, key, value, block_mask=block_mask, scale=scaling, enable_gqa=query.shape[1] != key.shape[1])
     return out.transpose(1, 2).contiguous()
+
+
+def _flex_block_mask(batch: PackedBatch, device):
+    """The row's block-sparse mask for flex attention (module docs). Cached on the batch."""
+    block_mask = batch.cache.get("block_mask")
+    if block_mask is None:
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        block, segment, prefix = _token_labels(batch, device)
+
+        def mask_mod(b, h, q, kv):
+            return (block[q] == block[kv]) & (kv <= q) & (prefix[kv] | (segment[q] == segment[kv]))
+
+        t = batch.row_tokens
+        block_mask = batch.cache["block_mask"] = create_block_mask(mask_mod, None, None, t, t, device=str(device))
+    return block_mask
+
+
+def prepare_attention(batch: PackedBatch) -> None:
+    """Build ``batch``'s attention metadata for its backend now (segment lengths, the
+    variable-length tables, or the flex mask), before the forward, so that a compiled layer
+    reads them ready-made instead of tracing the Python that builds them."""
+    device = batch.input_ids.device
+    if batch.backend == "segments":
+        _segment_lengths(batch)
+    elif batch.backend == "flex":
+        _flex_block_mask(batch, device)
+    else:
+        _varlen_layout(batch, device)
 
 
 def packed_attention(module, query, key, value, attention_mask, scaling=None, dropout: float = 0.0,
@@ -430,18 +495,38 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
     (attention output (1, T, heads, D), None)."""
     if cheems_packing is None:
         raise CheemsInputError("the model runs packed attention but was called without a packed batch")
-    if sliding_window is not None:
-        longest = max(g.prefix + n for g in cheems_packing.groups for _, n in g.members)
+    if sliding_window is not None:  # the padding segment is never read: its length does not matter
+        longest = max(g.prefix + n for g in cheems_packing.sequence_groups() for _, n in g.members)
         if longest > sliding_window:
             raise CheemsInputError("packing does not support sliding-window attention over sequences longer than "
                                    f"the window ({sliding_window}); run without packing (--no-packing)")
-    if cheems_packing.backend == "segments":
+    backend = cheems_packing.backend
+    if backend == "segments":  # a compiled layer breaks its graph here: the loop runs eagerly
+        run = _outside_graphs("segments")
+    elif backend == "flex":
+        run = _flex_attention
+    elif cheems_packing.fixed_shapes and _kernel_takes(query, key, value, backend):
+        run = _outside_graphs("varlen")  # the kernel outside the compiled graph (module docs)
+    else:  # traced (dynamic shapes), or flex attention for float32 inputs
+        run = _varlen_attention
+    return run(query, key, value, cheems_packing, scaling, dropout), None
+
+
+_EAGER: dict = {}
+
+
+def _outside_graphs(kind: str):
+    """``_segments_attention`` or ``_varlen_attention`` (``kind`` "segments" or "varlen") wrapped
+    to run eagerly inside a compiled layer (``torch.compiler.disable``), wrapped once: the compiled
+    layer then sees the same function every call. Each graph of a compiled layer is then cut in
+    two at the attention, and the pieces' shapes depend on the row's length alone (fixed shapes:
+    one of a few). The wrappers are made by `use_packed_attention`, outside any compiled graph."""
+    run = _EAGER.get(kind)
+    if run is None:
         import torch
 
-        run = torch.compiler.disable(_segments_attention)  # a compiled layer breaks its graph here
-        return run(query, key, value, cheems_packing, scaling, dropout), None
-    run = _flex_attention if cheems_packing.backend == "flex" else _varlen_attention
-    return run(query, key, value, cheems_packing, scaling, dropout), None
+        run = _EAGER[kind] = torch.compiler.disable(_segments_attention if kind == "segments" else _varlen_attention)
+    return run
 
 
 def use_packed_attention(model) -> bool:
@@ -456,6 +541,8 @@ def use_packed_attention(model) -> bool:
     if not getattr(core, "_supports_attention_backend", False):
         return False
     AttentionInterface.register(ATTENTION_NAME, packed_attention)
+    for kind in ("segments", "varlen"):
+        _outside_graphs(kind)
     if core.config._attn_implementation != ATTENTION_NAME:
         core._cheems_padded_attention = core.config._attn_implementation  # for padded_attention
     core.config._attn_implementation = ATTENTION_NAME

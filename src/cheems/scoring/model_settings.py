@@ -44,6 +44,9 @@ class ModelSettings:
     liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
     compile: bool = setting(False, help="torch.compile each decoder layer (dynamic shapes; the first batches "
                             "compile, which pays over long runs)")
+    fixed_shapes: bool = setting(False, help="With packing: pad each packed row to one of a few lengths (powers "
+                                 "of two up to the token budget) so that --compile compiles static shapes once "
+                                 "each; helps on a GPU with --compile, on a CPU it only adds padding")
     trust_remote_code: bool = setting(False, help="Allow the checkpoint's own code")
     check: bool = setting(False, help="First verify scores do not depend on batching")
     tensor_parallel_size: int = setting(1, min=1, help="With --backend vllm: GPUs the model is split over "

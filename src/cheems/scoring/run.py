@@ -102,7 +102,8 @@ def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Seque
     else:
         rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
                                truncation=s.truncation, trust_remote_code=s.trust_remote_code, packing=s.packing,
-                               share_prefix=s.share_prefix, liger_kernels=s.liger_kernels, compile=s.compile)
+                               share_prefix=s.share_prefix, liger_kernels=s.liger_kernels, compile=s.compile,
+                               fixed_shapes=s.fixed_shapes)
     if s.check:
         exact = s.backend == "transformers" and str(rm.model.dtype) == "torch.float32"
         tolerance = 1e-3 if exact else 5e-2  # bf16/fp16 kernels round more
@@ -201,7 +202,7 @@ def _score_on_ray(model, prompts, s: ModelSettings, output, meta, layout, replic
 
     load_kwargs = dict(dtype=s.dtype, max_length=s.max_length, truncation=s.truncation,
                        trust_remote_code=s.trust_remote_code, packing=s.packing, share_prefix=s.share_prefix,
-                       liger_kernels=s.liger_kernels, compile=s.compile)
+                       liger_kernels=s.liger_kernels, compile=s.compile, fixed_shapes=s.fixed_shapes)
     summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs, token_budget=s.token_budget,
                              batch_size=s.batch_size, replicas=replicas, overwrite=overwrite, progress=progress)
     return ModelScoring(None, summary["scored"], summary["resumed"], sum(len(p.responses) for p in prompts),

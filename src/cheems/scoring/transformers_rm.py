@@ -9,7 +9,9 @@ shared prefix laid down once (:mod:`cheems.models.packing`); with ``packing=Fals
 sorted by length and padded on the right to each batch's longest sequence (see
 :mod:`cheems.models.sequences`). Either way scores do not depend on batch size or order
 (``check_batch_invariance`` verifies it). Only the base model and the reward head run: no LM
-head is ever computed.
+head is ever computed. With ``fixed_shapes`` each packed row is padded to one of a few lengths
+(:mod:`cheems.models.fixed_shapes`), so that compiled layers meet few shapes; the scores stay
+the same and the padding is counted (`RowStats`).
 """
 
 from __future__ import annotations
@@ -21,18 +23,30 @@ from typing import Callable, Iterator, Sequence
 from cheems.models.checkpoints import (best_attention, detect_layout, load_classifier, load_tensors, load_tokenizer,
                                        quiet_transformers, require_torch, resolve_dtype, value_head_source,
                                        weights_that_fit)
+from cheems.models.fixed_shapes import row_length
 from cheems.models.memory_budget import AUTO, out_of_memory_said, probe_sequences, probe_token_budget
-from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, rewards_at,
-                                   use_packed_attention)
+from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, prepare_attention,
+                                   rewards_at, use_packed_attention)
 from cheems.models.sequences import (ConversationEncoder, EncodeStats, default_token_budget, pad_right, plan_batches,
                                      reward_at_last_token)
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError, Prompt, PromptText, prompt_key
 from cheems.scoring.model_settings import ModelSettings
 
-__all__ = ["PROBE_CEILING", "TransformersRewardModel", "check_batch_invariance", "conversation_key", "load_reward_model",
-           "probe_scoring_budget", "score_head",
-           "score_items", "score_prompts"]
+__all__ = ["PROBE_CEILING", "RowStats", "TransformersRewardModel", "check_batch_invariance", "conversation_key",
+           "load_reward_model", "probe_scoring_budget", "score_head", "score_items", "score_prompts"]
+
+
+@dataclass
+class RowStats:
+    """What the packed rows computed: ``rows`` forward rows, ``real_tokens`` the sequences'
+    tokens (whole), ``row_tokens`` the rows' lengths (shared prefixes once, padding included),
+    ``padding_tokens`` the fixed shapes' padding among them."""
+
+    rows: int = 0
+    real_tokens: int = 0
+    row_tokens: int = 0
+    padding_tokens: int = 0
 
 
 @dataclass
@@ -51,6 +65,8 @@ class TransformersRewardModel(ConversationEncoder):
     packing: bool = False  # one row per batch (the model then runs packed attention only)
     share_prefix: bool = True  # with packing: a prompt's common prefix laid down once
     auto_budget: int | None = None  # the token budget --token-budget auto found (probed once)
+    fixed_shapes: bool = False  # with packing: rows padded to a few lengths (cheems.models.fixed_shapes)
+    row_stats: RowStats = field(default_factory=RowStats)
 
     # ------------------------------------------------------------------ forward
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
@@ -71,18 +87,34 @@ class TransformersRewardModel(ConversationEncoder):
                     values = self.model(input_ids=input_ids, attention_mask=mask).logits[:, 0]
         return values.float().cpu().tolist()
 
-    def score_packed(self, seqs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]] | None = None) -> list[float]:
+    def score_packed(self, seqs: Sequence[Sequence[int]], groups: Sequence[Sequence[int]] | None = None, *,
+                     budget: int | None = None) -> list[float]:
         """Scores of already-encoded sequences, packed into one row; each group of ``groups``
-        (indices into ``seqs``) shares its common prefix (see :mod:`cheems.models.packing`)."""
+        (indices into ``seqs``) shares its common prefix (see :mod:`cheems.models.packing`).
+        With ``fixed_shapes`` the row is padded to its bucket under ``budget`` (default: the
+        row's own length, the one bucket then)."""
         torch = require_torch()
-        batch = pack_sequences(seqs, self.device, groups=groups, backend=packed_backend(self.device))
+        pad_to = None
+        if self.fixed_shapes:
+            row = sum(packed_cost([seqs[i] for i in g], True) for g in groups) if groups else sum(map(len, seqs))
+            pad_to = row_length(row, budget or row)
+        pad_id = self.tokenizer.pad_token_id
+        batch = pack_sequences(seqs, self.device, groups=groups, backend=packed_backend(self.device), pad_to=pad_to,
+                               pad_id=0 if pad_id is None else pad_id)
+        if self.fixed_shapes:
+            prepare_attention(batch)  # the layout's tables built here, not traced in a compiled layer
+        kwargs = {**batch.forward_kwargs(), "use_cache": False}  # no key-value cache: one forward, nothing kept
         with torch.inference_mode():
             if self.layout == "v-head":
-                hidden = self.model(**batch.forward_kwargs()).last_hidden_state
-                values = rewards_at(hidden, batch, self.v_head)
+                values = rewards_at(self.model(**kwargs).last_hidden_state, batch, self.v_head)
             else:
                 base = getattr(self.model, self.model.base_model_prefix)
-                values = rewards_at(base(**batch.forward_kwargs()).last_hidden_state, batch, score_head(self.model))
+                values = rewards_at(base(**kwargs).last_hidden_state, batch, score_head(self.model))
+        stats = self.row_stats
+        stats.rows += 1
+        stats.real_tokens += batch.real_tokens
+        stats.row_tokens += batch.row_tokens
+        stats.padding_tokens += batch.padding
         return values.float().cpu().tolist()
 
     def token_budget(self, asked: int | str | None = None) -> int:
@@ -159,8 +191,9 @@ def scored_batches(rm, encoded: Sequence[Sequence[int]], prompt_of: Sequence[int
             layout.append(list(range(len(seqs), len(seqs) + len(groups[g]))))
             seqs.extend(encoded[i] for i in groups[g])
         batch = [i for g in chosen for i in groups[g]]
+        fixed = {"budget": budget} if getattr(rm, "fixed_shapes", False) else {}  # rows padded to a bucket
         with out_of_memory_said(lambda: (budget, sum(costs[g] for g in chosen)), auto=token_budget == AUTO):
-            values = rm.score_packed(seqs, layout if share else [[k] for k in range(len(seqs))])
+            values = rm.score_packed(seqs, layout if share else [[k] for k in range(len(seqs))], **fixed)
         yield batch, values
 
 
@@ -180,7 +213,7 @@ def probe_scoring_budget(rm) -> int:
 
     def run(budget: int) -> None:
         seqs = probe_sequences(budget, rm.max_length, vocab, generator)
-        rm.score_packed(seqs) if rm.packing else rm.score_ids(seqs)
+        rm.score_packed(seqs, budget=budget) if rm.packing else rm.score_ids(seqs)
 
     budget, _ = probe_token_budget(run, start=default_token_budget(rm.device), ceiling=PROBE_CEILING)
     return budget
@@ -225,7 +258,7 @@ def score_head(model):
 def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "auto", max_length: int = 2048,
                       truncation: str = "left", trust_remote_code: bool = False, packing: bool = True,
                       share_prefix: bool = True, liger_kernels: bool = False,
-                      compile: bool = False) -> TransformersRewardModel:
+                      compile: bool = False, fixed_shapes: bool = False) -> TransformersRewardModel:
     """Load a reward model folder with ``from_pretrained``, detecting its layout.
 
     ``dtype="auto"``: bfloat16 on CUDA, float32 on CPU. ``packing`` (default) scores packed
@@ -233,7 +266,9 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
     prompt's common prefix down once; without packing, right-padded batches run SDPA attention
     (or flash-attention 2 on CUDA when installed). ``liger_kernels`` swaps in Liger's fused
     RMSNorm, SwiGLU and RoPE kernels (CUDA, the ``[gpu]`` extra); ``compile`` compiles each
-    decoder layer (:func:`cheems.models.kernels.compile_layers`).
+    decoder layer (:func:`cheems.models.kernels.compile_layers`). ``fixed_shapes`` pads packed
+    rows to a few lengths (:mod:`cheems.models.fixed_shapes`; scores unchanged), and with
+    ``compile`` the layers are compiled for static shapes.
     """
     torch = require_torch()
     from transformers import AutoModel
@@ -241,7 +276,8 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
     path = Path(path)
     ModelSettings(device=device, dtype=dtype, max_length=max_length, truncation=truncation,
                   trust_remote_code=trust_remote_code, packing=packing, share_prefix=share_prefix,
-                  liger_kernels=liger_kernels, compile=compile)  # checked as the flags are: one declaration, one check
+                  liger_kernels=liger_kernels, compile=compile,
+                  fixed_shapes=fixed_shapes)  # checked as the flags are: one declaration, one check
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise CheemsInputError("--device cuda asked for, but no CUDA device is available", field="device")
     if liger_kernels and not device.startswith("cuda"):
@@ -269,16 +305,16 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
         from cheems.models.kernels import use_liger_kernels
 
         use_liger_kernels(model)
-    if compile:
-        from cheems.models.kernels import compile_layers
-
-        compile_layers(model)
     if packing and layout == "seq-cls" and (score_head(model) is None or
                                             getattr(model, getattr(model, "base_model_prefix", ""), None) is None):
         packing = False  # an unfamiliar architecture scores with its own pooling, padded
     packing = packing and use_packed_attention(model)
+    if compile:
+        from cheems.models.kernels import compile_layers
+
+        compile_layers(model, dynamic=not (fixed_shapes and packing))  # fixed shapes: a few static ones
     return TransformersRewardModel(tokenizer, model, layout, device, max_length, truncation, v_head=v_head,
-                                   packing=packing, share_prefix=share_prefix)
+                                   packing=packing, share_prefix=share_prefix, fixed_shapes=fixed_shapes and packing)
 
 
 def _load_v_head(path: Path):
@@ -353,12 +389,17 @@ def check_batch_invariance(rm: TransformersRewardModel, prompts: Sequence[Prompt
     items = [(p.prompt, r.content) for p in prompts for r in p.responses][:n]
     if not items:
         raise CheemsInputError("nothing to check: no responses")
-    saved, rm.stats = rm.stats, EncodeStats()  # the check's encodings are not the run's
+    saved, rows = rm.stats, getattr(rm, "row_stats", None)
+    rm.stats = EncodeStats()  # the check's encodings and rows are not the run's
+    if rows is not None:
+        rm.row_stats = RowStats()
     alone = [rm.score([it], token_budget=token_budget, batch_size=1)[0] for it in items]
     # the sample again, padded among longer and shorter neighbours
     pool = [(p.prompt, r.content) for p in prompts for r in p.responses][: max(4 * n, n)]
     batched = rm.score(items + pool[n:], token_budget=token_budget, batch_size=batch_size)[:len(items)]
     rm.stats = saved
+    if rows is not None:
+        rm.row_stats = rows
     # relative above 1: bf16 keeps ~3 significant digits whatever the scale of the scores
     diff = max(abs(a - b) / max(1.0, abs(a)) for a, b in zip(alone, batched))
     return {"n": len(items), "max_abs_diff": diff, "tolerance": tolerance, "ok": diff <= tolerance}
