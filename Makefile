@@ -27,9 +27,12 @@ demo: $(VENV)/.core-installed
 	$(BIN)/cheems eval $(OUT)/bench.jsonl --scorer random --seed 0 --json $(OUT)/eval-random.json
 
 # pytest exits 5 when it collected no test: that is a failure here, said out loud. The tests run
-# in one process per core (pytest-xdist, at most 4), each giving torch one thread (tests/conftest.py)
+# in one process per core (pytest-xdist, at most 4), each giving torch one thread (tests/conftest.py).
+# Compiled bytecode is kept under the venv, even where PYTHONDONTWRITEBYTECODE is set, so that the
+# workers and the many processes the tests start compile each source file once, not each time.
 test: $(VENV)/.dev-installed
-	@$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal; rc=$$?; \
+	@env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX="$(abspath $(VENV))/pycache" \
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: $(VENV)/.dev-installed

@@ -60,6 +60,17 @@ def one_process(tmp_path_factory, seq_cls_model, data):
     return out, summary
 
 
+def _failure(done: subprocess.CompletedProcess) -> str:
+    """What a failed launch said: each process's own lines (``[rankN]:``, where the process that
+    failed first names its error), then the launcher's last lines."""
+    said: dict[str, list[str]] = {}
+    for line in done.stderr.splitlines():
+        if line.startswith("[rank") and "]" in line:
+            said.setdefault(line[:line.index("]") + 1], []).append(line)
+    own = "\n".join("\n".join(lines)[-2500:] for _, lines in sorted(said.items()))
+    return f"{own}\n...\n{done.stderr[-1500:]}"
+
+
 def _accelerate_config(tmp: Path, kind: str) -> Path:
     """An accelerate config for 2 local processes; DeepSpeed ones use the shipped JSON."""
     shipped = REPO_ROOT / "configs" / "accelerate"
@@ -89,7 +100,7 @@ def test_two_processes_match_one_process(kind, tmp_path, seq_cls_model, data, on
         pytest.importorskip("deepspeed")
     out = tmp_path / "out"
     done = _launch(_accelerate_config(tmp_path, kind), seq_cls_model, data, out)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, _failure(done)
     assert done.stdout.count("trained ") == 1, done.stdout  # only the first process reports
     summary = json.loads((out / "train_summary.json").read_text(encoding="utf-8"))
     reference_out, reference = one_process
