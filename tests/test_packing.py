@@ -233,10 +233,12 @@ def test_the_variable_length_layout_equals_the_dense_masked_reference(monkeypatc
     check_against_the_reference(case, heads, seed, grad, "varlen")
 
 
-def test_half_precision_kernels_get_autocast_inputs_or_hand_over_to_flex(monkeypatch):
+@pytest.mark.parametrize("pad_to", [None, 16])
+def test_half_precision_kernels_get_autocast_inputs_or_hand_over_to_flex(monkeypatch, pad_to):
     """The variable-length kernels take float16/bfloat16 only: float32 inputs under autocast
     (mixed-precision training) are cast to autocast's dtype; without autocast the row runs
-    flex attention, exact in float32."""
+    flex attention, exact in float32. The same for a row of fixed shape (``pad_to``, the
+    kernel then called outside compiled graphs)."""
     from cheems.models import packing
 
     calls = []
@@ -253,7 +255,7 @@ def test_half_precision_kernels_get_autocast_inputs_or_hand_over_to_flex(monkeyp
 
     monkeypatch.setattr(packing, "_varlen_kernel", half_only)
     seqs, groups = [[1, 2, 3, 4], [1, 2, 3, 5, 6], [7, 8]], [[0, 1], [2]]
-    batch = pack_sequences(seqs, "cpu", groups=groups, backend="varlen")
+    batch = pack_sequences(seqs, "cpu", groups=groups, backend="varlen", pad_to=pad_to)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, n, batch.row_tokens, 16, generator=g) for n in (4, 2, 2))
     reference = dense_reference(q, k, v, batch, 0.25)

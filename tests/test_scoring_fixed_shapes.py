@@ -131,40 +131,6 @@ def test_bucketed_variable_length_tables_attend_as_the_reference(monkeypatch, ca
         assert len(index) == table_length(len(index)) == cu_k[-1]
 
 
-def test_fixed_rows_of_float32_outside_autocast_run_flex_not_the_half_kernel(monkeypatch):
-    """With fixed shapes a half-precision kernel still gets only half-precision inputs (cast
-    under autocast); float32 outside autocast runs flex attention, exact."""
-    from cheems.models import packing
-
-    calls = []
-
-    def half_only(backend):
-        plain = reference_varlen_kernel(backend)
-
-        def kernel(q, k, v, *rest):
-            calls.append(q.dtype)
-            return plain(q, k, v, *rest)
-
-        kernel.dtypes = frozenset({torch.float16, torch.bfloat16})
-        return kernel
-
-    monkeypatch.setattr(packing, "_varlen_kernel", half_only)
-    batch = pack_sequences([[1, 2, 3, 4], [1, 2, 3, 5, 6], [7, 8]], "cpu", groups=[[0, 1], [2]], backend="varlen",
-                           pad_to=16)
-    g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, n, batch.row_tokens, 16, generator=g) for n in (4, 2, 2))
-    reference = dense_reference(q, k, v, batch, 0.25)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out, _ = packed_attention(None, q, k, v, None, scaling=0.25, cheems_packing=batch)
-    assert calls == [] and out.dtype == torch.float32
-    torch.testing.assert_close(out, reference, atol=1e-5, rtol=1e-5)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        out, _ = packed_attention(None, q, k, v, None, scaling=0.25, cheems_packing=batch)
-    assert calls == [torch.bfloat16]
-    torch.testing.assert_close(out.float(), reference, atol=3e-2, rtol=3e-2)
-
-
 # ----------------------------------------------------------------------------- scores
 
 def _items(prompts, n_prompts=8):
