@@ -28,11 +28,10 @@ demo: $(VENV)/.core-installed
 
 # pytest exits 5 when it collected no test: that is a failure here, said out loud. The tests run
 # in one process per core (pytest-xdist, at most 4), each giving torch one thread (tests/conftest.py).
-# Compiled bytecode is kept under the venv, even where PYTHONDONTWRITEBYTECODE is set, so that the
-# workers and the many processes the tests start compile each source file once, not each time.
+# Bytecode is written (to the __pycache__ folders git ignores) even where PYTHONDONTWRITEBYTECODE
+# is set, so that the workers and the many processes the tests start compile each file once.
 test: $(VENV)/.dev-installed
-	@env -u PYTHONDONTWRITEBYTECODE PYTHONPYCACHEPREFIX="$(abspath $(VENV))/pycache" \
-	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal; rc=$$?; \
+	@env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: $(VENV)/.dev-installed
