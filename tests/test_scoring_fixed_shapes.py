@@ -246,13 +246,14 @@ def test_the_setting_reaches_the_loaded_model(seq_cls_model, monkeypatch):
     assert ModelSettings().fixed_shapes is False and ModelSettings(fixed_shapes=True).fixed_shapes
     assert load_reward_model(seq_cls_model, fixed_shapes=True).fixed_shapes
     assert not load_reward_model(seq_cls_model).fixed_shapes
-    assert not load_reward_model(seq_cls_model, fixed_shapes=True, packing=False).fixed_shapes  # rows only
+    with pytest.raises(CheemsInputError, match="needs packing"):  # padded batches: nothing to fix
+        load_reward_model(seq_cls_model, fixed_shapes=True, packing=False)
     asked = []
     real = kernels.compile_layers
     monkeypatch.setattr(kernels, "compile_layers", lambda model, **kw: asked.append(kw) or real(model, **kw))
     load_reward_model(seq_cls_model, compile=True)
     load_reward_model(seq_cls_model, compile=True, fixed_shapes=True)
-    load_reward_model(seq_cls_model, compile=True, fixed_shapes=True, packing=False)
+    load_reward_model(seq_cls_model, compile=True, packing=False)
     assert asked == [{"dynamic": True}, {"dynamic": False}, {"dynamic": True}]  # static with fixed rows only
 
 
@@ -279,6 +280,21 @@ def test_the_commands_settings_reach_the_model(seq_cls_model, monkeypatch):
 def test_the_flag_is_offered(tmp_path, command):
     r = run_cli_in(tmp_path, *command, "--help")
     assert r.returncode == 0 and "--fixed-shapes" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--fixed-shapes", "--no-packing"], "--fixed-shapes pads packed rows: it needs packing"),
+    (["--backend", "vllm", "--compile", "--fixed-shapes"], "--compile, --fixed-shapes apply to the transformers backend"),
+    (["--backend", "vllm", "--liger-kernels"], "--liger-kernels apply to the transformers backend"),
+])
+def test_flags_that_cannot_apply_are_one_line_before_any_work(tmp_path, seq_cls_model, flags, message):
+    from tests.test_cli import assert_one_line_error
+
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text('{"id": "p", "prompt": "问", "responses": [{"id": "a", "content": "答"}]}\n', encoding="utf-8")
+    r = run_cli_in(tmp_path, "score", "bench.jsonl", "--model", str(seq_cls_model), *flags, "-o", "s.jsonl")
+    assert_one_line_error(r, message)
+    assert not (tmp_path / "s.jsonl").exists()
 
 
 def test_compiled_fixed_shapes_score_as_the_plain_model(seq_cls_model, tiny_prompts):

@@ -5,13 +5,14 @@ The fields are the flags of ``cheems score``, ``cheems eval --model``, ``cheems 
 and ranges live here and nowhere else, and :func:`cheems.settings.check_settings` checks them,
 whoever builds the settings (flags, code, the back-end loaders).
 
-Core module: the standard library only, so the CLI builds its flags without torch.
+Core module: no torch, so the CLI builds its flags without it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cheems.records import CheemsInputError
 from cheems.settings import check_settings, setting
 
 __all__ = ["BACKENDS", "DEVICE_PATTERN", "ModelSettings", "TRUNCATION_SIDES"]
@@ -54,3 +55,12 @@ class ModelSettings:
 
     def __post_init__(self) -> None:
         check_settings(self)
+        if self.fixed_shapes and not self.packing:
+            raise CheemsInputError("--fixed-shapes pads packed rows: it needs packing (leave out --no-packing)",
+                                   field="fixed_shapes")
+        if self.backend == "vllm":
+            kernels = [flag for flag, on in (("--liger-kernels", self.liger_kernels), ("--compile", self.compile),
+                                             ("--fixed-shapes", self.fixed_shapes)) if on]
+            if kernels:
+                raise CheemsInputError(f"{', '.join(kernels)} apply to the transformers backend; vLLM runs its own "
+                                       "kernels and compilation (leave them out with --backend vllm)", field="backend")
