@@ -79,6 +79,11 @@ def test_the_padding_is_one_trailing_segment_nobody_reads(case, extra, pad_id, s
         assert padded.groups[-1].prefix == 0 and padded.groups[-1].members == ((t, extra),)
     else:
         assert padded.groups == plain.groups
+    asked = []  # the length as a function of the unpadded row's: called once, with that length
+    by_function = pack_sequences(seqs, "cpu", groups=groups, pad_to=lambda n: asked.append(n) or n + extra,
+                                 pad_id=pad_id)
+    assert asked == [t] and by_function.input_ids.tolist() == padded.input_ids.tolist()
+    assert by_function.groups == padded.groups and by_function.padding == extra
 
 
 def test_a_row_longer_than_asked_is_refused():

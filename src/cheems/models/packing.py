@@ -43,7 +43,7 @@ import functools
 import itertools
 import os
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from cheems.models.checkpoints import require_torch, unwrap_peft
 from cheems.models.fixed_shapes import table_length
@@ -126,10 +126,12 @@ def packed_cost(seqs: Sequence[Sequence[int]], share_prefix: bool) -> int:
 
 
 def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Sequence[int]] | None = None,
-                   backend: str = "segments", pad_to: int | None = None, pad_id: int = 0) -> PackedBatch:
+                   backend: str = "segments", pad_to: int | Callable[[int], int] | None = None,
+                   pad_id: int = 0) -> PackedBatch:
     """One row holding ``seqs`` (see the module docs). ``groups`` lists indices into ``seqs``
     whose common prefix is laid down once (every index in exactly one group); without it each
-    sequence stands alone. ``pad_to``: the row is filled up to that many tokens by one padding
+    sequence stands alone. ``pad_to`` (a length, or a function of the unpadded row's length
+    giving it, e.g. its bucket): the row is filled up to that many tokens by one padding
     segment (``pad_id`` tokens, positions from 0, a group of its own that no ``last`` points
     into), and the attention tables are bucketed (`PackedBatch.fixed_shapes`). O(T)."""
     require_torch()
@@ -158,6 +160,8 @@ def pack_sequences(seqs: Sequence[Sequence[int]], device, *, groups: Sequence[Se
         layout.append(Group(start, p, tuple(spans)))
     padding = 0
     if pad_to is not None:
+        if callable(pad_to):
+            pad_to = pad_to(len(ids))
         if pad_to < len(ids):
             raise CheemsInputError(f"a packed row of {len(ids)} tokens cannot be padded to {pad_to}")
         padding = pad_to - len(ids)

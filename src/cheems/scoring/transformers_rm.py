@@ -94,10 +94,7 @@ class TransformersRewardModel(ConversationEncoder):
         With ``fixed_shapes`` the row is padded to its bucket under ``budget`` (default: the
         row's own length, the one bucket then)."""
         torch = require_torch()
-        pad_to = None
-        if self.fixed_shapes:
-            row = sum(packed_cost([seqs[i] for i in g], True) for g in groups) if groups else sum(map(len, seqs))
-            pad_to = row_length(row, budget or row)
+        pad_to = (lambda row: row_length(row, budget or row)) if self.fixed_shapes else None  # the row's bucket
         pad_id = self.tokenizer.pad_token_id
         batch = pack_sequences(seqs, self.device, groups=groups, backend=packed_backend(self.device), pad_to=pad_to,
                                pad_id=0 if pad_id is None else pad_id)
