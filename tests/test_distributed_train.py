@@ -84,22 +84,37 @@ def _accelerate_config(tmp: Path, kind: str) -> Path:
     return path
 
 
-def _launch(accelerate_config: Path, model: Path, data, out: Path) -> subprocess.CompletedProcess:
+def _launch(accelerate_config: Path, model: Path, data, out: Path, *,
+            held_second_process: Path | None = None) -> subprocess.CompletedProcess:
+    """``cheems train`` in two processes, through tests/launched_train.py (DeepSpeed without its
+    shared-memory extension); with ``held_second_process`` (a folder for its signal files) the
+    second process writes its share of each checkpoint only after the main process has moved on."""
+    from tests.launched_train import NO_SHM_OP, SIGNALS
+
     args = ["--model", model, "--train", data[0], "--eval", data[1], "--micro-batch-size", 4, "-o", out]
     for k, v in SETTINGS.items():
         args += [f"--{k.replace('_', '-')}", v]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT), NO_SHM_OP: "1"}
+    if held_second_process is not None:
+        env[SIGNALS] = str(held_second_process)
     return subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(accelerate_config),
-                           "--num_processes", "2", "-m", "cheems.cli", "train", *map(str, args)],
+                           "--num_processes", "2", str(REPO_ROOT / "tests" / "launched_train.py"), "train",
+                           *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=HANG_TIMEOUT_S, cwd=out.parent)
 
 
 @pytest.mark.parametrize("kind", ["ddp", "zero2", "zero3"])
 def test_two_processes_match_one_process(kind, tmp_path, seq_cls_model, data, one_process):
+    """Under DDP and ZeRO-2 the second process also writes its share of every checkpoint last
+    (tests/launched_train.py): the main process must wait for it before it moves the checkpoint's
+    temp folder into place, or the second process finds no folder to write to."""
     if kind != "ddp":
         pytest.importorskip("deepspeed")
-    out = tmp_path / "out"
-    done = _launch(_accelerate_config(tmp_path, kind), seq_cls_model, data, out)
+    out, signals = tmp_path / "out", tmp_path / "signals"
+    held = kind in ("ddp", "zero2")
+    signals.mkdir()
+    done = _launch(_accelerate_config(tmp_path, kind), seq_cls_model, data, out,
+                   held_second_process=signals if held else None)
     assert done.returncode == 0, _failure(done)
     assert done.stdout.count("trained ") == 1, done.stdout  # only the first process reports
     summary = json.loads((out / "train_summary.json").read_text(encoding="utf-8"))
@@ -112,9 +127,14 @@ def test_two_processes_match_one_process(kind, tmp_path, seq_cls_model, data, on
     assert moved > 1e-3 and apart < 1e-3 * max(1.0, moved), (moved, apart)
     assert summary["eval"]["overall"] == pytest.approx(reference["eval"]["overall"], abs=1e-6)
     assert summary["train_loss"] == pytest.approx(reference["train_loss"], rel=1e-3)
-    # the checkpoint holds every process's state for --resume
-    state = out / f"checkpoint-{summary['steps']}" / "accelerate_state"
-    assert state.is_dir() and any(state.iterdir())
+    # every checkpoint holds every process's state for --resume, and no temp folder is left
+    checkpoints = sorted(out.glob("checkpoint-*"))
+    assert out / f"checkpoint-{summary['steps']}" in checkpoints and not list(out.glob(".checkpoint-*"))
+    for checkpoint in checkpoints:
+        assert {f.name for f in (checkpoint / "accelerate_state").glob("random_states_*.pkl")} == {
+            "random_states_0.pkl", "random_states_1.pkl"}
+    if held:
+        assert len(list(signals.glob("moved-on-*"))) >= len(checkpoints)  # held at every save
 
 
 def test_fsdp_on_cpu_is_refused_not_silently_ddp(monkeypatch, seq_cls_model, data, tmp_path):

@@ -103,6 +103,9 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
         if is_main:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
+    # every process has written its own files (its RNG state; under ZeRO its optimizer shard) before
+    # the folder moves: with DDP and ZeRO-1/2 nothing in save_state or get_state_dict waits for them
+    accelerator.wait_for_everyone()
     if is_main:
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -258,13 +261,16 @@ def save_model_whole(accelerator, output: Path, write) -> None:
     """``write(folder)`` (on every process: a ZeRO-3 save gathers the weights collectively) into
     a temp folder inside ``output``, whose files then move up, the weights last: a save that
     fails half-way (a full disk) leaves no model in ``output`` that looks whole, and no temp
-    folder. A subfolder (dual's ``generative/``) replaces one of an earlier run."""
+    folder. A subfolder (dual's ``generative/``) replaces one of an earlier run. No process writes
+    into the temp folder before the main process has made it, nor is still writing when it moves."""
     tmp, main = Path(output) / FINAL_MODEL_TEMP, accelerator.is_main_process
     if main:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
+    accelerator.wait_for_everyone()
     try:
         write(tmp)
+        accelerator.wait_for_everyone()
         if main:
             for f in sorted(tmp.iterdir(), key=lambda f: f.suffix == ".safetensors"):
                 if f.is_dir():
