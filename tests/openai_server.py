@@ -10,7 +10,9 @@ the ``openai`` package parses. What it answers is a ``script``: a function of th
   prefers the higher one and says C on equal ones. It knows nothing of the prompt format.
 - ``first_judge``: always ``[[A]]`` (a judge with pure position bias).
 - ``with_faults``: wraps a script so the first calls get given statuses (429, 500, 400...),
-  or a delay past the client's timeout.
+  or no answer at all (held until the server stops: only the client's timeout ends them).
+- ``held_from``: wraps a script so that calls from the n-th on get no answer (until released),
+  so a run cannot finish before a test kills it.
 - ``responder``: a chat model for sampling tests; its Chinese answer is made from the request
   (model, seed, temperature, last user message), so equal requests get equal answers.
 - ``by_model``: one script per ``body["model"]``, so one server plays several models.
@@ -66,6 +68,7 @@ class Reply:
     text: str = ""
     status: int = 200
     delay: float = 0.0  # extra seconds before answering (on top of the server's latency)
+    held: bool = False  # never answered (held until the server stops): only the client's timeout ends it
     headers: dict = field(default_factory=dict)
     finish_reason: str = "stop"
     raw: bytes | None = None
@@ -96,10 +99,9 @@ def garbled_judge(call: Call) -> Reply:
     return Reply("两个回答各有长处，我很难说哪个更好，需要更多信息才能判断。")
 
 
-def with_faults(script: Script, *, statuses: list[int] = (), slow_calls: int = 0,
-                slow_delay: float = 0.0) -> Script:
+def with_faults(script: Script, *, statuses: list[int] = (), held_calls: int = 0) -> Script:
     """``script`` after the first calls fail: call i < len(statuses) gets ``statuses[i]``,
-    then the next ``slow_calls`` calls are answered only after ``slow_delay`` seconds."""
+    then the next ``held_calls`` calls get no answer (``Reply.held``)."""
     statuses = list(statuses)
 
     def faulty(call: Call) -> Reply:
@@ -107,13 +109,27 @@ def with_faults(script: Script, *, statuses: list[int] = (), slow_calls: int = 0
             status = statuses[call.index]
             headers = {"retry-after": "0"} if status == 429 else {}
             return Reply(f"injected {status}", status=status, headers=headers)
-        if call.index < len(statuses) + slow_calls:
+        if call.index < len(statuses) + held_calls:
             reply = script(call)
-            reply.delay += slow_delay
+            reply.held = True
             return reply
         return script(call)
 
     return faulty
+
+
+def held_from(first: int, script: Script, *, released: threading.Event | None = None) -> Script:
+    """``script``, except that calls from the ``first``-th on (0-based ``index >= first``) get no
+    answer (``Reply.held``) until ``released`` is set (for good when None). A run that needs
+    them cannot finish, and with concurrency ``c`` it sends exactly ``first + c`` requests and
+    then waits: a test kills it there, without racing it."""
+
+    def holding(call: Call) -> Reply:
+        reply = script(call)
+        reply.held = call.index >= first and not (released is not None and released.is_set())
+        return reply
+
+    return holding
 
 
 def responder(call: Call) -> Reply:
@@ -202,8 +218,8 @@ class JudgeServer:
                     call = Call(len(owner.calls), body, dict(self.headers))
                     owner.calls.append(call)
                 reply = owner.script(call)
-                if owner._stopping.wait(owner.latency + reply.delay):
-                    return  # shutting down: answer nothing
+                if owner._stopping.wait(None if reply.held else owner.latency + reply.delay):
+                    return  # shutting down (or held until then): answer nothing
                 if reply.raw is not None:
                     self._send(reply.status, reply.raw, reply.headers)
                     return

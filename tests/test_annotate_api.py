@@ -195,7 +195,14 @@ def test_double_blind_overlap_alignment_review_and_export(server):
     assert r.returncode == 0, r.stderr
 
 
-def test_abandoned_assignments_are_reclaimed(tmp_path):
+def test_abandoned_assignments_are_reclaimed(tmp_path, monkeypatch):
+    """The workflow's clock (``now``) is a fake one the test moves forward: no sleeping."""
+    import datetime as dt
+
+    from cheems.annotate import workflow
+
+    clock = [workflow.now()]
+    monkeypatch.setattr(workflow, "now", lambda: clock[0])
     url = f"sqlite:///{tmp_path / 'a.db'}"
     engine = make_engine(url)
     migrate(engine)
@@ -204,12 +211,13 @@ def test_abandoned_assignments_are_reclaimed(tmp_path):
         auth.add_user(s, name, "annotator", PASSWORD)
     import_prompts(s, prompts(1, 3), overlap=1)  # one task, one annotator
     s.close()
-    app = create_app(url, WorkflowSettings(claim_timeout_s=0.2))
+    app = create_app(url, WorkflowSettings(claim_timeout_s=60))
     x, y = client(app, "x"), client(app, "y")
     view = x.get("/api/tasks/next").json()
     assert y.get("/api/tasks/next").status_code == 204  # taken
-    import time
-    time.sleep(0.3)
+    clock[0] += dt.timedelta(seconds=59)
+    assert y.get("/api/tasks/next").status_code == 204  # still x's within the claim timeout
+    clock[0] += dt.timedelta(seconds=2)
     assert y.get("/api/tasks/next").json()["task_id"] == view["task_id"]  # reclaimed from x
     assert x.post(f"/api/tasks/{view['task_id']}/submit", json=answer(view, "ABC")).status_code == 403
 

@@ -10,12 +10,13 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import HANG_TIMEOUT_S, kill_when, run_cli_in
-from tests.openai_server import Call, JudgeServer, Reply, quality
+from tests.openai_server import Call, JudgeServer, Reply, held_from, quality
 from tests.test_trainer import ranked, write
 from tests.tiny_models import ONE_THREAD_ENV, require_models_extra
 
@@ -222,7 +223,10 @@ def test_judge_stage_killed_midway_resumes_without_repeating_requests(tmp_path):
                      "responses": [{"id": f"r{k}", "content": f"第{k}种回答{quality((i * 7 + k * 3) % 9)}"}
                                    for k in range(5)]})
     data = write(tmp_path / "in.jsonl", rows)
-    with JudgeServer(pipeline_server_script, latency=0.05) as server:
+    needed = 6 * 10  # pairs of 5 responses, in both orders
+    # the killed run (concurrency 2) gets no reply from its half on: it asks needed // 2 + 2 times, then waits
+    killed = threading.Event()
+    with JudgeServer(held_from(needed + needed // 2, pipeline_server_script, released=killed)) as server:
         def judge(out: Path, cache: Path) -> subprocess.Popen:
             return subprocess.Popen([sys.executable, "-m", "cheems.cli", "curate", "judge", data, "--judge", "j",
                                      "--api-base", server.base_url, "--concurrency", "2", "--cache", str(cache),
@@ -231,17 +235,17 @@ def test_judge_stage_killed_midway_resumes_without_repeating_requests(tmp_path):
 
         whole = judge(tmp_path / "whole.jsonl", tmp_path / "a.sqlite")
         assert whole.wait(timeout=HANG_TIMEOUT_S) == 0
-        needed = server.requests
-        assert needed == 6 * 10
+        assert server.requests == needed
 
         start = server.requests
         victim = judge(tmp_path / "cut.jsonl", tmp_path / "b.sqlite")
-        kill_when(victim, lambda: server.requests - start >= needed // 2)
+        kill_when(victim, lambda: server.requests - start >= needed // 2 + 2)
+        killed.set()
         assert not (tmp_path / "cut.jsonl").exists()  # nothing half-written
         resumed = judge(tmp_path / "cut.jsonl", tmp_path / "b.sqlite")
         assert resumed.wait(timeout=HANG_TIMEOUT_S) == 0
         sent = server.requests - start
-    # the request in flight at the kill may be asked again: its reply never reached the cache
+    # the requests in flight at the kill are asked again: their replies never reached the cache
     assert needed <= sent <= needed + 2
     assert (tmp_path / "cut.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import orjson
@@ -20,7 +21,7 @@ from cheems.formats import read_prompts
 from cheems.io import write_jsonl
 from cheems.records import CheemsInputError, Prompt, Response
 from cheems.llm.cache import ReplyCache, default_cache_path
-from tests.openai_server import Call, JudgeServer, Reply, by_model, failing, responder, with_faults
+from tests.openai_server import Call, JudgeServer, Reply, by_model, failing, held_from, responder, with_faults
 
 
 CHAT = [{"role": "system", "content": "你是一位诗人。"},
@@ -300,7 +301,9 @@ def test_killed_run_resumes_without_repeating_requests(tmp_path):
     write_jsonl(prompt_file, rows)
     cache = tmp_path / "killed.sqlite"
     needed = 6 * 3
-    with JudgeServer(by_model({"qwen-fake": responder, "glm-fake": responder}), latency=0.1) as srv:
+    # no reply to the 6th request on until the run is killed: it asks 6 + 2 (its concurrency) times, then waits
+    killed = threading.Event()
+    with JudgeServer(held_from(6, by_model({"qwen-fake": responder, "glm-fake": responder}), released=killed)) as srv:
         (tmp_path / "sample.yaml").write_text(
             "sample:\n"
             "  concurrency: 2\n"
@@ -311,10 +314,10 @@ def test_killed_run_resumes_without_repeating_requests(tmp_path):
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
         proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(prompt_file), str(tmp_path / "sample.yaml")],
                                 env=env, cwd=tmp_path)
-        kill_when(proc, lambda: srv.requests >= 6)
+        kill_when(proc, lambda: srv.requests >= 8)
+        killed.set()
         kept = len(ReplyCache(cache))
         assert 4 <= kept < needed
-        srv.latency = 0.0
         before = srv.requests
         cfg = SampleConfig.from_yaml(tmp_path / "sample.yaml")
         resumed = sample_responses(read_prompt_rows(prompt_file), cfg)

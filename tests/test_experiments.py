@@ -96,9 +96,10 @@ def test_every_cell_reports_what_a_fresh_eval_of_its_model_finds(workdir, finish
         fresh = run_cli_in(workdir, "eval", "open.jsonl", "--model", model, "--json", f"{row['cell']}.json")
         assert fresh.returncode == 0, fresh.stderr
         report = json.loads((workdir / f"{row['cell']}.json").read_text(encoding="utf-8"))
-        assert row["eval"]["overall"] == report["overall"]
+        # scored in another process: the numbers agree within 1e-6 (docs/experiments.md)
+        assert row["eval"]["overall"] == pytest.approx(report["overall"], abs=1e-6)
         for key in ("accuracy", "exact_match", "score"):
-            assert row["eval"]["subsets"]["open"][key] == report["subsets"]["open"][key]
+            assert row["eval"]["subsets"]["open"][key] == pytest.approx(report["subsets"]["open"][key], abs=1e-6)
         assert json.loads((finished / row["folder"] / "eval.json").read_text(encoding="utf-8")) == row["eval"]
 
 
@@ -515,7 +516,8 @@ def test_a_launched_cell_trains_on_two_processes_and_matches_a_fresh_eval(workdi
     assert summary["processes"] == 2 and "accelerate.commands.launch" in (cell / "train.log").read_text()
     fresh = run_cli_in(workdir, "eval", "open.jsonl", "--model", cell / "model", "--json", "launched.json")
     assert fresh.returncode == 0, fresh.stderr
-    assert json.loads((workdir / "launched.json").read_text(encoding="utf-8"))["overall"] == row["eval"]["overall"]
+    fresh_overall = json.loads((workdir / "launched.json").read_text(encoding="utf-8"))["overall"]
+    assert fresh_overall == pytest.approx(row["eval"]["overall"], abs=1e-6)  # two processes against one
 
 
 def test_a_launch_section_is_checked(workdir):

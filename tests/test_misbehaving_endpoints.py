@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -385,7 +384,11 @@ def test_two_sampling_processes_sharing_a_cache_ask_once_between_them(tmp_path):
 
 # ----------------------------------------------------------------------------- claims
 
-def test_a_claim_holds_off_other_connections_until_released(tmp_path):
+def test_a_claim_holds_off_other_connections_until_released(tmp_path, monkeypatch):
+    from cheems.llm import cache
+
+    now = [cache.clock()]
+    monkeypatch.setattr(cache, "clock", lambda: now[0])  # claims expire when the test says, not with time
     path = tmp_path / "claims.sqlite"
     with ReplyCache(path) as a, ReplyCache(path) as b:
         assert a.get_or_claim("k", ttl=60) == (None, True)
@@ -397,8 +400,10 @@ def test_a_claim_holds_off_other_connections_until_released(tmp_path):
         assert a.get_or_claim("k", ttl=60) == ({"text": "好"}, False)
         b.put("bad", {"text": None})  # a record that holds no reply is no answer
         assert a.get_or_claim("bad", ttl=60, usable=lambda r: isinstance(r["text"], str)) == (None, True)
-        assert b.get_or_claim("short", ttl=0.05) == (None, True)
-        time.sleep(0.1)
+        assert b.get_or_claim("short", ttl=5) == (None, True)
+        now[0] += 4.9
+        assert a.get_or_claim("short", ttl=60) == (None, False)  # b's claim still holds
+        now[0] += 0.2
         assert a.get_or_claim("short", ttl=60) == (None, True)  # expired
 
 

@@ -30,7 +30,7 @@ import orjson
 from cheems.io import process_alive
 from cheems.records import CheemsInputError
 
-__all__ = ["ReplyCache", "cache_folder", "default_cache_path"]
+__all__ = ["ReplyCache", "cache_folder", "clock", "default_cache_path"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS replies (
@@ -50,6 +50,12 @@ CREATE TABLE IF NOT EXISTS claims (
 )
 """
 HOST = socket.gethostname()
+
+
+def clock() -> float:
+    """Seconds since the epoch: when a reply was stored, when a claim expires (tests put a
+    fake clock here to expire claims without waiting)."""
+    return time.time()
 
 
 def cache_folder() -> Path:
@@ -109,7 +115,7 @@ class ReplyCache:
     def put(self, key: str, record: dict) -> None:
         """Store (or replace) one record and commit it."""
         self._db.execute("INSERT OR REPLACE INTO replies (key, record, created) VALUES (?, ?, ?)",
-                         (key, orjson.dumps(record), time.time()))
+                         (key, orjson.dumps(record), clock()))
 
     def get_or_claim(self, key: str, ttl: float,
                      usable: Callable[[dict], bool] = lambda record: True) -> tuple[dict | None, bool]:
@@ -127,7 +133,7 @@ class ReplyCache:
             mine = found is None and not self._claimed_by_other(key)
             if mine:
                 self._db.execute("INSERT OR REPLACE INTO claims (key, owner, host, pid, expires) "
-                                 "VALUES (?, ?, ?, ?, ?)", (key, self.owner, HOST, os.getpid(), time.time() + ttl))
+                                 "VALUES (?, ?, ?, ?, ?)", (key, self.owner, HOST, os.getpid(), clock() + ttl))
         except BaseException:
             self._db.execute("ROLLBACK")
             raise
@@ -147,7 +153,7 @@ class ReplyCache:
         if row is None or row[0] == self.owner:
             return False
         _, host, pid, expires = row
-        return expires > time.time() and (host != HOST or process_alive(pid))
+        return expires > clock() and (host != HOST or process_alive(pid))
 
     def __contains__(self, key: str) -> bool:
         return self._db.execute("SELECT 1 FROM replies WHERE key = ?", (key,)).fetchone() is not None
