@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= demo-out
 
-.PHONY: demo test bench clean
+.PHONY: demo test stress bench clean
 
 $(VENV)/.core-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ demo: $(VENV)/.core-installed
 test: $(VENV)/.dev-installed
 	@env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+# The suite three times in a row, each in another random order, with one busy process per core beside
+# it: what a loaded or slower machine would show (tests/stress.sh; ROUNDS=N for another count).
+stress: $(VENV)/.dev-installed
+	@bash tests/stress.sh $(BIN)/python $(or $(ROUNDS),3)
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench_resolve.py
