@@ -35,8 +35,11 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
 
     POST /get_reward (OpenRLHF: chat-formatted texts, no special tokens added), POST /classify
     (vLLM's pooling API, as verl calls it), POST /v1/score (cheems rows; the chat template applied
-    as `cheems score` applies it), GET /health, GET /metrics (Prometheus). Prints one line when
-    ready, then one access line per request (method, path, status, seconds) to stderr."""
+    as `cheems score` applies it), GET /health, GET /metrics (Prometheus). A conversation longer
+    than --max-length is refused (422) unless --truncate is given. Prints one line when ready,
+    then one access line per request (method, path, status, seconds; a refusal's reason) to
+    stderr. On SIGTERM or Ctrl+C, /health answers 503 while the requests in flight are answered;
+    Ctrl+C again stops at once."""
     settings = build_settings(ServeSettings, serve_flags)
     engine_settings = build_settings(EngineSettings, engine_flags)
     model_settings = build_settings(ModelSettings, model_flags)
@@ -55,6 +58,6 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
 
 
 def _need_extra() -> None:
-    missing = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("fastapi", "uvicorn", "httptools") if importlib.util.find_spec(m) is None]
     if missing:
         raise CheemsInputError(f"{', '.join(missing)} not installed: `pip install 'cheems[serve]'`")

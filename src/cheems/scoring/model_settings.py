@@ -32,7 +32,8 @@ class ModelSettings:
                           help="cpu, cuda or cuda:N")
     dtype: str = setting("auto", nonempty=True,  # any floating torch dtype name, checked by resolve_dtype
                          help="auto (bfloat16 on CUDA, float32 on CPU), bfloat16, float16, float32")
-    max_length: int = setting(2048, min=1, help="Longer conversations are truncated (and counted)")
+    max_length: int = setting(2048, min=1, help="Most tokens in one conversation; longer ones are truncated (and "
+                              "counted), except that `cheems serve` refuses them (422) unless --truncate is given")
     truncation: str = setting("left", choices=TRUNCATION_SIDES, choice_name="truncation side",
                               help="left keeps the end of the response, right keeps the start")
     batch_size: int = setting(64, min=1, help="Most sequences in one forward batch (vLLM forms its own)")

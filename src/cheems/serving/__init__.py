@@ -1,7 +1,9 @@
 """The HTTP reward server (``cheems serve``, the ``[serve]`` extra): a loaded reward model behind
 a request queue that gathers concurrent requests into shared forward batches
 (:mod:`cheems.serving.engine`), its Prometheus metrics (:mod:`cheems.serving.serve_metrics`)
-and the HTTP contracts on top.
+and the HTTP contracts on top (:mod:`cheems.serving.contracts`, :mod:`cheems.serving.app`),
+served with bounded request heads (:mod:`cheems.serving.connections`) and stopped by a drain
+(:mod:`cheems.serving.drain`).
 
 Importing this package imports neither torch nor FastAPI: the CLI builds its flags from
 :class:`~cheems.serving.engine.EngineSettings` without the extras installed.

@@ -5,15 +5,23 @@ Routes (their bodies and replies: :mod:`cheems.serving.contracts`): ``POST /get_
 (cheems rows, the chat template applied here), ``GET /health`` and ``GET /metrics`` (Prometheus
 text format 0.0.4).
 
-What every request goes through, in order: the bearer token when the server has one (401
-otherwise; ``/health`` is open to probes), the body's size (413 naming ``body``, from
-Content-Length before a byte is read, or as the body streams in), the contract's checks (413 or
-422 naming the field), the engine (a text the model cannot take: 422 naming it; the queue full
+What every request goes through, in order: the drain (503 once the server is stopping, but for
+``/health`` and ``/metrics``), the bearer token when the server has one (401 otherwise;
+``/health`` is open to probes), the body's size (413 naming ``body``, from Content-Length before
+a byte is read, or as the body streams in), the contract's checks (413 or 422 naming the field,
+a lone surrogate anywhere in the body included), the engine (a text the model cannot take: 422 naming it; the queue full
 or the server stopping: 503). Every error is ``{"error": {"message", "field"}}``; an error no
 check foresaw is logged with its traceback and answered 500 in that shape. Each request is
 counted in the metrics (route, status, seconds) and, unless turned off, logged as one line
 (method, path as sent, status, seconds) on the logger ``cheems.serving.access``, never a body or
-a header.
+a header. A refusal (any status from 400 up) carries its reason, ``field: message`` in printable
+ASCII, in the ``X-Cheems-Error`` header, and its line ends with that reason; refusals are logged
+even when the access lines are turned off. A client that leaves before its request is read is
+logged as 499.
+
+Stopping (:class:`~cheems.serving.drain.Drain`): each request is counted while in flight; once
+the drain has begun, ``/health`` answers 503 ``stopping`` and any other new request but
+``/metrics`` 503 (``connection: close``), while the requests already in flight are answered.
 
 The ``[serve]`` extra (FastAPI) is imported with this module: import it only to serve.
 
@@ -36,31 +44,39 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from cheems.records import CheemsInputError
-from cheems.serving.contracts import (ContractError, classify_reply, error_body, get_reward_reply, parse_classify,
-                                      parse_get_reward, parse_json_body, parse_score_rows, score_reply)
+from cheems.serving.contracts import (REASON_HEADER, ContractError, classify_reply, error_body, get_reward_reply,
+                                      parse_classify, parse_get_reward, parse_json_body, parse_score_rows,
+                                      refusal_reason, score_reply)
+from cheems.serving.drain import Drain
 from cheems.serving.engine import EngineUnavailable, ScoringEngine
 from cheems.serving.serve_metrics import PROMETHEUS_CONTENT_TYPE
 from cheems.serving.settings import ServeSettings
 
-__all__ = ["ACCESS_LOG", "OPEN_ROUTES", "ROUTES", "create_app"]
+__all__ = ["ACCESS_LOG", "OPEN_ROUTES", "ROUTES", "create_app", "log_request"]
 
 ACCESS_LOG = logging.getLogger("cheems.serving.access")
 _ERRORS = logging.getLogger("cheems.serving.errors")
 ROUTES = ("/get_reward", "/classify", "/v1/score", "/health", "/metrics")
 """The paths the metrics count by name; any other path is counted as ``other``."""
 OPEN_ROUTES = frozenset({"/health"})  # answered without the bearer token (probes)
+WHILE_STOPPING = frozenset({"/health", "/metrics"})  # answered during the drain; any other path: 503
+STOPPING = "the server is stopping; send the request again once it is back, or to another server"
 
 
 def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: str, api_key: str | None = None,
-               classify_activation: bool = True) -> FastAPI:
+               classify_activation: bool = True, drain: Drain | None = None) -> FastAPI:
     """The FastAPI app serving ``engine``: started with the app (lifespan) and stopped with it,
-    the requests queued when the server stops answered first. ``model_name`` is the name in
-    replies; ``api_key``, when given, the bearer token every request but ``/health`` must send;
-    ``classify_activation`` whether ``/classify`` applies the sigmoid when the request does
-    not say (vLLM's default for the model: False for a ``regression`` model)."""
+    the requests queued when the server stops answered first (failed, once ``drain`` is
+    abandoned). ``model_name`` is the name in replies; ``api_key``, when given, the bearer token
+    every request but ``/health`` must send; ``classify_activation`` whether ``/classify``
+    applies the sigmoid when the request does not say (vLLM's default for the model: False for
+    a ``regression`` model); ``drain`` what the server stopping it shares (``app.state.drain``;
+    a new one when not given)."""
     tokenizing = {}
+    drain = drain if drain is not None else Drain()
 
     @asynccontextmanager
     async def lifespan(app):
@@ -69,13 +85,14 @@ def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: st
         try:
             yield
         finally:
-            await engine.stop(drain=True)
+            await engine.stop(drain=not drain.abandoned)
             tokenizing.pop("pool").shutdown(wait=False)
 
     async def off_loop(fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(tokenizing["pool"], lambda: fn(*args, **kwargs))
 
     app = FastAPI(title="cheems serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.drain = drain
 
     @app.post("/get_reward")
     async def get_reward(request: Request):
@@ -100,8 +117,9 @@ def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: st
 
     @app.get("/health")
     async def health():
-        if not engine.running:
-            return JSONResponse({"status": "stopping", "model": model_name}, status_code=503)
+        if drain.stopping or not engine.running:
+            return JSONResponse({"status": "stopping", "model": model_name}, status_code=503,
+                                headers={REASON_HEADER: "the server is stopping"})
         return {"status": "ok", "model": model_name}
 
     @app.get("/metrics")
@@ -109,27 +127,39 @@ def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: st
         return Response(engine.metrics.prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
 
     _add_error_replies(app)
-    app.add_middleware(_Boundary, metrics=engine.metrics, api_key=api_key, log_requests=settings.log_requests)
+    app.add_middleware(_Boundary, metrics=engine.metrics, drain=drain, api_key=api_key,
+                       log_requests=settings.log_requests)
     return app
 
 
 def _add_error_replies(app: FastAPI) -> None:
-    """Every refusal as ``{"error": {"message", "field"}}`` with its status."""
+    """Every refusal as ``{"error": {"message", "field"}}`` with its status and reason header."""
     @app.exception_handler(ContractError)
     async def contract(request, e: ContractError):
-        return JSONResponse(error_body(e.message, e.field), status_code=e.status)
+        return _refusal(e.status, e.message, e.field)
 
     @app.exception_handler(CheemsInputError)
     async def unscorable(request, e: CheemsInputError):  # the engine: empty or too long for the model
-        return JSONResponse(error_body(e.message, e.field), status_code=422)
+        return _refusal(422, e.message, e.field)
 
     @app.exception_handler(EngineUnavailable)
     async def unavailable(request, e: EngineUnavailable):
-        return JSONResponse(error_body(e.message), status_code=503, headers={"Retry-After": "1"})
+        return _refusal(503, e.message, headers={"retry-after": "1"})
 
     @app.exception_handler(HTTPException)
     async def http(request, e: HTTPException):  # 404 unknown path, 405 wrong method
-        return JSONResponse(error_body(str(e.detail)), status_code=e.status_code, headers=e.headers)
+        if e.status_code == 404:
+            return _refusal(404, "no such route; the routes are POST /get_reward, POST /classify, POST /v1/score, "
+                            "GET /health and GET /metrics", "path")
+        if e.status_code == 405:
+            return _refusal(405, f"{request.method} is not taken here (allowed: {(e.headers or {}).get('Allow')})",
+                            "method", e.headers)
+        return _refusal(e.status_code, str(e.detail), headers=e.headers)
+
+
+def _refusal(status: int, message: str, field: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(message, field), status_code=status,
+                        headers={**(headers or {}), REASON_HEADER: refusal_reason(message, field)})
 
 
 async def _json(request, settings: ServeSettings) -> dict:
@@ -150,12 +180,14 @@ async def _json(request, settings: ServeSettings) -> dict:
 
 
 class _Boundary:
-    """ASGI middleware around the app: the bearer check, one access line and one metrics count
-    per request, and a last-resort 500 in the error shape for an error nothing else caught."""
+    """ASGI middleware around the app: the drain's count and refusals, the bearer check, one
+    access line and one metrics count per request, and a last-resort 500 in the error shape for
+    an error nothing else caught."""
 
-    def __init__(self, app, metrics, *, api_key: str | None, log_requests: bool):
+    def __init__(self, app, metrics, drain: Drain, *, api_key: str | None, log_requests: bool):
         self.app = app
         self.metrics = metrics
+        self.drain = drain
         self.expected = None if api_key is None else f"Bearer {api_key}".encode()
         self.log_requests = log_requests
 
@@ -163,43 +195,74 @@ class _Boundary:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
-        sent = {"status": None}
+        sent = {"status": None, "reason": None}
 
         async def watched(message):
             if message["type"] == "http.response.start":
                 sent["status"] = message["status"]
+                sent["reason"] = next((v.decode("latin-1") for k, v in message.get("headers", ())
+                                       if k.lower() == _REASON_KEY), None)
             await send(message)
 
+        self.metrics.set_in_flight(self.drain.enter())
         try:
-            if self.expected is not None and scope["path"] not in OPEN_ROUTES and not self._authorized(scope):
-                await _reply(watched, 401, error_body("missing or wrong bearer token: send 'Authorization: Bearer "
-                                                      "TOKEN'", "authorization"), [(b"www-authenticate", b"Bearer")])
-            else:
-                await self.app(scope, receive, watched)
+            await self._answer(scope, receive, watched)
+        except ClientDisconnect:  # the connection closed while the body was read: no one to answer
+            sent["reason"] = _gone(self.drain)
+        except asyncio.CancelledError:
+            if not self.drain.abandoned:
+                raise
+            sent["reason"] = _gone(self.drain)  # the server stopped at once: nothing to report but the line
         except Exception:
             if sent["status"] is not None:
                 raise
             _ERRORS.exception("unhandled error in %s %s", scope.get("method"), _path(scope))
-            await _reply(watched, 500, error_body("internal error (logged on the server)"))
+            await _reply(watched, 500, "internal error (logged on the server)")
         finally:
-            self._record(scope, sent["status"], time.perf_counter() - started)
+            self.metrics.set_in_flight(self.drain.leave())
+            self._record(scope, sent["status"] or 499, sent["reason"], time.perf_counter() - started)
+
+    async def _answer(self, scope, receive, send) -> None:
+        path = scope["path"]
+        if self.drain.stopping and path not in WHILE_STOPPING:
+            await _reply(send, 503, STOPPING, headers=[(b"retry-after", b"1"), (b"connection", b"close")])
+        elif self.expected is not None and path not in OPEN_ROUTES and not self._authorized(scope):
+            await _reply(send, 401, "missing or wrong bearer token: send 'Authorization: Bearer TOKEN'",
+                         "authorization", [(b"www-authenticate", b"Bearer")])
+        else:
+            await self.app(scope, receive, send)
 
     def _authorized(self, scope) -> bool:
         given = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), b"")
         return hmac.compare_digest(given, self.expected)
 
-    def _record(self, scope, status: int | None, seconds: float) -> None:
+    def _record(self, scope, status: int, reason: str | None, seconds: float) -> None:
         path = scope.get("path", "")
-        self.metrics.observe_request(path if path in ROUTES else "other", status or 499, seconds)
-        if self.log_requests:
-            ACCESS_LOG.info("%s %s %s %.3fs", scope.get("method"), _path(scope), status or "-", seconds)
+        self.metrics.observe_request(path if path in ROUTES else "other", status, seconds)
+        if self.log_requests or status >= 400:
+            log_request(scope.get("method"), _path(scope), status, seconds, reason if status >= 400 else None)
 
 
-async def _reply(send, status: int, body: dict, headers: list | None = None) -> None:
-    data = json.dumps(body).encode()
+_REASON_KEY = REASON_HEADER.encode()
+
+
+def log_request(method: str | None, path: str, status: int, seconds: float, reason: str | None = None) -> None:
+    """One line on the access log: ``POST /get_reward 422 0.003s query[0]: must be a text, ...``
+    (the reason, for a refusal, as its ``X-Cheems-Error`` header says it)."""
+    ACCESS_LOG.info("%s %s %s %.3fs%s", method or "-", path, status, seconds, f" {reason}" if reason else "")
+
+
+def _gone(drain: Drain) -> str:
+    if drain.abandoned:
+        return "the server stopped at once before answering (--shutdown-timeout-s, or Ctrl+C twice)"
+    return "the client closed the connection before its request was read"
+
+
+async def _reply(send, status: int, message: str, field: str | None = None, headers: list | None = None) -> None:
+    data = json.dumps(error_body(message, field)).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
-                            *(headers or [])]})
+                            (_REASON_KEY, refusal_reason(message, field).encode()), *(headers or [])]})
     await send({"type": "http.response.body", "body": data})
 
 

@@ -35,12 +35,20 @@ responses in any format :func:`cheems.formats.parse_row` reads (a cheems row: ``
 ``prompt`` as text or chat messages, ``responses: [{id, content}]``); the server applies the
 chat template as ``cheems score`` does. Reply ``{"scores": [{"prompt_id", "response_id",
 "score"}, ...]}`` in row and response order.
+
+Every text of a body must be Unicode: JSON lets a string hold a lone UTF-16 surrogate
+(``"\\ud800"`` with no partner), which no tokenizer can encode; :func:`parse_json_body` refuses
+it (422) naming where it is (``query[0]``, ``rows[1].responses[0].content``, ...), whatever the
+route. A refusal's reason, ``field: message`` as one line of printable ASCII
+(:func:`refusal_reason`), is also sent in the ``X-Cheems-Error`` header, and the server's HTTP
+layer puts it after the status line's standard phrase (:mod:`cheems.serving.connections`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -49,8 +57,15 @@ from typing import Any, Sequence
 from cheems.records import CheemsInputError, Prompt, PromptText
 from cheems.serving.settings import ServeSettings
 
-__all__ = ["ClassifyRequest", "ContractError", "classify_reply", "error_body", "get_reward_reply", "parse_classify",
-           "parse_get_reward", "parse_json_body", "parse_score_rows", "score_reply"]
+__all__ = ["REASON_HEADER", "ClassifyRequest", "ContractError", "classify_reply", "error_body", "get_reward_reply",
+           "lone_surrogate", "parse_classify", "parse_get_reward", "parse_json_body", "parse_score_rows",
+           "refusal_reason", "score_reply"]
+
+REASON_HEADER = "x-cheems-error"
+"""The response header holding a refusal's reason (:func:`refusal_reason`)."""
+REASON_CHARS = 200  # a reason longer than this is cut (a header value and a status line stay short)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")  # left in a str by json.loads only when unpaired
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ContractError(Exception):
@@ -68,15 +83,56 @@ def error_body(message: str, field: str | None = None) -> dict:
     return {"error": {"message": message, "field": field}}
 
 
+def refusal_reason(message: str, field: str | None = None) -> str:
+    """``field: message`` as one line of printable ASCII, other characters escaped (``\\u4f60``,
+    ``\\x0a``), cut to ``REASON_CHARS`` characters: what a header value, a status line and a log
+    line can all hold."""
+    text = f"{field}: {message}" if field else message
+    text = _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", text.encode("ascii", "backslashreplace").decode())
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
+
+
 def parse_json_body(raw: bytes) -> dict:
-    """The request body as a JSON object (422 naming ``body`` otherwise)."""
+    """The request body as a JSON object (422 naming ``body`` otherwise); a lone surrogate
+    anywhere in it is refused (422) naming its field (:func:`lone_surrogate`)."""
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise ContractError(422, f"not valid JSON ({str(e).splitlines()[0][:200]})", "body") from None
     if not isinstance(body, dict):
         raise ContractError(422, f"must be a JSON object, got {_json_type(body)}", "body")
+    found = lone_surrogate(body)
+    if found is not None:
+        field, what = found
+        raise ContractError(422, f"{what}, which is not a Unicode character: send UTF-8 text (a character "
+                            "past U+FFFF as a pair of \\u escapes)", field)
     return body
+
+
+def lone_surrogate(body: dict) -> tuple[str, str] | None:
+    """Where the parsed JSON ``body`` first holds a lone UTF-16 surrogate, in document order:
+    (the field, as ``query[0]`` or ``rows[1].prompt`` (``body`` for a key of the body itself);
+    what is there). None when every text and key is Unicode. An explicit stack, so a deep body
+    cannot overflow Python's recursion limit."""
+    stack: list[tuple[str, Any]] = [("", body)]
+    while stack:
+        field, value = stack.pop()
+        if isinstance(value, str):
+            found = _SURROGATE.search(value)
+            if found:
+                return field, f"holds a lone surrogate ({_escaped(found.group())} at character {found.start()})"
+        elif isinstance(value, list):
+            stack.extend((f"{field}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+        elif isinstance(value, dict):
+            for key in value:
+                if _SURROGATE.search(key):
+                    return field or "body", f"a key holds a lone surrogate ({_escaped(key)})"
+            stack.extend((f"{field}.{key}" if field else key, item) for key, item in reversed(value.items()))
+    return None
+
+
+def _escaped(text: str) -> str:
+    return text[:40].encode("ascii", "backslashreplace").decode()
 
 
 # ----------------------------------------------------------------------------- /get_reward

@@ -58,7 +58,8 @@ class _Histogram:
 class ServeMetrics:
     """Counters, gauges and histograms of one server (see the module docs for the format).
 
-    The HTTP layer calls :meth:`observe_request` once per request; the engine calls
+    The HTTP layer calls :meth:`observe_request` once per request and :meth:`set_in_flight`
+    as requests come and go; the engine calls
     :meth:`observe_batch` per forward batch, :meth:`set_queue_depth` and :meth:`count_truncated`.
     """
 
@@ -74,6 +75,7 @@ class ServeMetrics:
         self.tokens = 0
         self.truncated = 0
         self.queue_depth = 0
+        self.in_flight = 0
 
     def observe_request(self, route: str, status: int, seconds: float) -> None:
         """One finished request of ``route`` answered with ``status`` after ``seconds``."""
@@ -90,6 +92,11 @@ class ServeMetrics:
             self._batch_sizes.observe(sequences)
             self._forward.observe(seconds)
             self._recent.append((self._clock(), tokens))
+
+    def set_in_flight(self, requests: int) -> None:
+        """Requests now being read, scored or answered."""
+        with self._lock:
+            self.in_flight = requests
 
     def set_queue_depth(self, sequences: int) -> None:
         """Sequences now waiting for a batch."""
@@ -133,6 +140,9 @@ class ServeMetrics:
                     "Seconds from a request's arrival to its answer, by route",
                     [s for k, h in sorted(self._latency.items())
                      for s in h.samples("cheems_serve_request_duration_seconds", k)])
+            _family(lines, "cheems_serve_requests_in_flight", "gauge",
+                    "Requests being read, scored or answered (this scrape among them)",
+                    [_sample("cheems_serve_requests_in_flight", (), self.in_flight)])
             _family(lines, "cheems_serve_queue_depth", "gauge", "Sequences waiting for a forward batch",
                     [_sample("cheems_serve_queue_depth", (), self.queue_depth)])
             _family(lines, "cheems_serve_batch_sequences", "histogram", "Sequences in each forward batch",

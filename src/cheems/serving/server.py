@@ -3,9 +3,12 @@
 :func:`build_reward_app` checks the folder, reads the bearer token, loads the model as
 ``cheems score --model`` loads it (:func:`cheems.scoring.run.load_scorer`) and wraps it in a
 :class:`~cheems.serving.engine.ScoringEngine` and the app of :mod:`cheems.serving.app`.
-:func:`run_server` serves that app under uvicorn (:func:`cheems.annotate.server.serve_app`: the
-ready callback once the sockets listen, SIGTERM and Ctrl+C graceful) with the server's logs on
-a stream: one access line per request, and the traceback of any error no check foresaw.
+:func:`run_server` serves that app under uvicorn with the server's own connections
+(:mod:`cheems.serving.connections`: request heads bounded in size and time, refusal reasons in
+the status line) and stop (:mod:`cheems.serving.drain`: the ready callback once the sockets
+listen, the drain on SIGTERM or Ctrl+C), its logs on a stream: one access line per request (a
+refusal's with its reason), the stop's start and end, and the traceback of any error no check
+foresaw.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from cheems.scoring.model_settings import ModelSettings
 from cheems.serving.engine import EngineSettings
+from cheems.serving.serve_metrics import ServeMetrics
 from cheems.serving.settings import ServeSettings, read_api_key
+
+if TYPE_CHECKING:
+    from cheems.serving.drain import Drain
 
 __all__ = ["RewardApp", "build_reward_app", "run_server"]
 
@@ -33,6 +40,8 @@ class RewardApp:
     layout: str | None
     max_length: int
     protected: bool  # a bearer token is asked
+    drain: Drain  # the app's, shared with the server that stops it
+    metrics: ServeMetrics
 
 
 def build_reward_app(model: str | os.PathLike, model_settings: ModelSettings, engine_settings: EngineSettings,
@@ -41,6 +50,7 @@ def build_reward_app(model: str | os.PathLike, model_settings: ModelSettings, en
     and the token file are checked before the model loads. ``notify`` gets the loading lines."""
     from cheems.scoring.run import load_scorer
     from cheems.serving.app import create_app
+    from cheems.serving.drain import Drain
     from cheems.serving.engine import ScoringEngine
 
     if model_settings.backend == "transformers":
@@ -50,9 +60,11 @@ def build_reward_app(model: str | os.PathLike, model_settings: ModelSettings, en
     api_key = read_api_key(settings.api_key_file) if settings.api_key_file is not None else None
     rm = load_scorer(model, model_settings, [], notify)
     name = settings.served_model_name or Path(model).resolve().name
-    app = create_app(ScoringEngine(rm, engine_settings), settings, model_name=name, api_key=api_key,
+    engine, drain = ScoringEngine(rm, engine_settings), Drain()
+    app = create_app(engine, settings, model_name=name, api_key=api_key, drain=drain,
                      classify_activation=_problem_type(model) != "regression")
-    return RewardApp(app, name, getattr(rm, "layout", None), rm.max_length, api_key is not None)
+    return RewardApp(app, name, getattr(rm, "layout", None), rm.max_length, api_key is not None, drain,
+                     engine.metrics)
 
 
 def _problem_type(model: str | os.PathLike) -> str | None:
@@ -66,10 +78,25 @@ def _problem_type(model: str | os.PathLike) -> str | None:
 def run_server(built: RewardApp, settings: ServeSettings, on_ready: Callable[[str], None], *,
                log_stream: TextIO = sys.stderr) -> None:
     """Serve ``built.app`` on ``settings.host``:``settings.port`` until SIGTERM or Ctrl+C;
-    ``on_ready(url)`` once it listens (the real port when 0 was asked for). On the signal, the
-    requests in flight are answered (up to ``settings.shutdown_timeout_s``), the queue drained,
-    and the call returns."""
-    from cheems.annotate.server import log_to, serve_app
+    ``on_ready(url)`` once it listens (the real port when 0 was asked for). On the signal the
+    drain begins (:mod:`cheems.serving.drain`): the requests in flight are answered (up to
+    ``settings.shutdown_timeout_s``; a second Ctrl+C stops at once), and the call returns."""
+    import uvicorn
+
+    from cheems.annotate.server import listening_url, log_to
+    from cheems.serving.app import log_request
+    from cheems.serving.connections import HeadLimits, bounded_protocol
+    from cheems.serving.drain import RewardServer
 
     log_to(log_stream, "cheems.serving")
-    serve_app(built.app, settings.host, settings.port, on_ready, graceful_timeout_s=settings.shutdown_timeout_s)
+
+    def refused(status: int, reason: str, seconds: float) -> None:  # a head refused before the app saw it
+        built.metrics.observe_request("other", status, seconds)
+        log_request(None, "-", status, seconds, reason)
+
+    protocol = bounded_protocol(HeadLimits(settings.max_header_bytes, settings.header_timeout_s), refused)
+    config = uvicorn.Config(built.app, host=settings.host, port=settings.port, http=protocol, ws="none",
+                            log_level="warning", access_log=False)
+    server = RewardServer(config, built.drain, lambda port: on_ready(listening_url(settings.host, port)),
+                          timeout_s=settings.shutdown_timeout_s)
+    server.run()

@@ -31,15 +31,20 @@ class ServeSettings:
                                                      help="File holding the token every request must send "
                                                           "as 'Authorization: Bearer TOKEN' (/health aside)")
     max_body_bytes: int = setting(16 << 20, min=1, help="Largest request body, in bytes (larger: 413)")
+    max_header_bytes: int = setting(64 << 10, min=1024, help="Largest request head (request line and headers), "
+                                    "in bytes (larger: 431, and the connection is closed)")
+    header_timeout_s: float = setting(10.0, gt=0, help="Seconds a client has to send a request's head from the "
+                                      "first byte (or from connecting); slower: 408, and the connection is closed")
     max_queries: int = setting(1024, min=1, help="Most texts (queries, inputs or responses) in one request "
                                "(more: 413)")
     max_query_chars: int = setting(200_000, min=1, help="Longest text in a request, in characters (longer: 413)")
     served_model_name: str | None = setting(None, default_text="the model folder's name",
                                             help="The model's name in /classify replies and /health")
     log_requests: bool = setting(True, help="One access-log line per request on stderr (method, path, status, "
-                                 "seconds)")
+                                 "seconds, and the reason of a refusal); refused requests are logged either way")
     shutdown_timeout_s: float = setting(30.0, gt=0, help="On SIGTERM or Ctrl+C: seconds the requests in flight "
-                                        "have to finish before the server stops anyway")
+                                        "have to be answered (/health says 503 meanwhile, new requests get 503) "
+                                        "before the server closes their connections and stops")
 
     def __post_init__(self) -> None:
         check_settings(self)
