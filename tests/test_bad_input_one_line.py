@@ -85,6 +85,22 @@ def test_a_broken_model_folder_is_one_line_before_any_work(work, name, damage, m
         assert not (work / f"{name}-out").exists()
 
 
+def test_a_chat_template_that_raises_is_one_line_naming_the_model_and_its_message(work):
+    """A template that compiles but calls raise_exception on the conversations it meets: the
+    model loads, then the first conversation rendered is one line (no jinja2 traceback)."""
+    broken_copy(work, "strict", set_template("{{ raise_exception('只接受单轮对话') }}"))
+    for command in (["score", "bench.jsonl", "--model", "strict", "-o", "strict.jsonl"],
+                    ["eval", "bench.jsonl", "--model", "strict"],
+                    ["train", "--model", "strict", "--train", "bench.jsonl", "--output", "strict-out"]):
+        r = run_cli_in(work, *command)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]  # after "loading strict ..."
+        assert errors == ["error: strict: the chat template failed on a conversation: 只接受单轮对话"], r.stderr
+        scores = work / "strict.jsonl"  # resumable: made before scoring starts, and holds no score
+        assert not scores.exists() or scores.read_bytes() == b""
+        assert not (work / "strict-out" / "model.safetensors").exists()
+
+
 def test_a_model_path_that_does_not_exist_or_is_a_file(work):
     assert_one_line_error(run_cli_in(work, "eval", "bench.jsonl", "--model", "nowhere"), "nowhere",
                           "no such model folder")

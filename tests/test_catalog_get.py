@@ -229,3 +229,99 @@ def test_train_takes_names_for_its_data(mirror: Path, run_cli, tmp_path: Path, c
     summary = json.loads((tmp_path / "rm" / "train_summary.json").read_text(encoding="utf-8"))
     assert summary["pairs"] == 2  # the two rows of team/pairs
     assert round(summary["eval"]["accuracy"] * 3, 9) in (0, 1, 2, 3)  # the three HH pairs, each right or wrong
+
+
+# ----------------------------------------------------------------------------- bad --source folders
+
+PAIR = {"prompt": "一周有几天？", "chosen": "七天。", "rejected": "五天。"}
+
+
+def jsonl(*rows: dict) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+
+
+def parquet(*rows: dict) -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(list(rows)), sink)
+    return sink.getvalue()
+
+
+HUOZI_ROW = {"prompt": "一周有几天？", "chosen": "七天。", "reject": "五天。"}
+# (id, the source folder's files, the dataset, what the one error line holds)
+BAD_SOURCES = [
+    ("a-number-among-texts", {"train.jsonl": jsonl(PAIR, PAIR | {"chosen": 7})}, "hf:team/x",
+     ("src@train:2: chosen: missing or not a string", "--skip-invalid leaves such rows out and counts them")),
+    ("huozi-chosen-a-number", {"huozi_rlhf_data.json": jsonl(HUOZI_ROW, HUOZI_ROW | {"chosen": 7})}, "huozi",
+     ("src@train:2: chosen: must be a string, got int", "--skip-invalid leaves such rows out")),
+    ("a-list-among-texts", {"train.jsonl": jsonl(PAIR, PAIR | {"rejected": ["五天。"]})}, "hf:team/x",
+     ("src@train:2: ", "--skip-invalid")),
+    ("not-utf8", {"train.jsonl": jsonl(PAIR) + '{"prompt": "café", "chosen": "a"}\n'.encode("latin-1")}, "hf:team/x",
+     ("src/train.jsonl:2: is not UTF-8 text (byte 0xe9",)),
+    ("parquet-beside-jsonl", {"train-a.jsonl": jsonl(PAIR, PAIR), "train-b.parquet": parquet(PAIR, PAIR)}, "hf:team/x",
+     ("src: hf:team/x: the folder holds data files of several formats (1 JSON file, 1 Parquet file)",)),
+]
+
+
+@pytest.mark.parametrize("files, name, parts", [c[1:] for c in BAD_SOURCES], ids=[c[0] for c in BAD_SOURCES])
+def test_a_bad_source_folder_is_one_line_and_nothing_written(run_cli, tmp_path: Path, files, name, parts):
+    (tmp_path / "src").mkdir()
+    for file, data in files.items():
+        (tmp_path / "src" / file).write_bytes(data)
+    r = run_cli("data", "get", name, "--source", "src", "-o", "out.jsonl")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and all(p in lines[0] for p in parts), r.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_skip_invalid_leaves_a_row_of_another_type_out_and_keeps_the_others_texts(run_cli, tmp_path: Path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.jsonl").write_bytes(jsonl(PAIR, PAIR | {"chosen": 7}, PAIR | {"prompt": "一年有几季？"}))
+    r = run_cli("data", "get", "hf:team/x", "--source", "src", "-o", "out.jsonl", "--skip-invalid")
+    assert r.returncode == 0, r.stderr
+    assert "skipped 1 invalid row(s)" in r.stderr and "src@train:2: chosen" in r.stderr
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["responses"][0]["content"] for r in rows] == ["七天。", "七天。"]  # texts, not their JSON
+    assert "wrote 2 rows" in r.stdout
+
+
+def test_an_output_in_the_mirrors_copy_of_the_dataset_is_refused(mirror: Path, run_cli):
+    source = mirror / "team" / "pairs" / "data" / "train.jsonl"
+    before = source.read_bytes()
+    r = run_cli("data", "get", "hf:team/pairs", "-o", source)
+    assert r.returncode == 2 and "is also an input" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert source.read_bytes() == before
+
+
+def helpsteer_row(prompt: str, response: str, rating: int) -> dict:
+    return {"prompt": prompt, "response": response, "helpfulness": rating, "correctness": rating, "coherence": 3,
+            "complexity": 1, "verbosity": 1}
+
+
+def test_what_a_conversion_leaves_out_or_keeps_twice_is_said(run_cli, tmp_path: Path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.jsonl.gz").write_bytes(gzip.compress(jsonl(
+        helpsteer_row("一周有几天？", "七天。", 4), helpsteer_row("一周有几天？", "五天。", 0),
+        helpsteer_row("一年有几季？", "四季。", 4),  # a prompt with one response: nothing to rank
+        helpsteer_row("月亮会发光吗？", "不会，它反射阳光。", 3), helpsteer_row("月亮会发光吗？", "不会，它反射阳光。", 2))))
+    (tmp_path / "src" / "validation.jsonl.gz").write_bytes(gzip.compress(jsonl(helpsteer_row("你好", "你好！", 3))))
+    r = run_cli("data", "get", "helpsteer2", "--source", "src", "-o", "out.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "wrote 2 rows" in r.stdout
+    assert "note: helpsteer2@train: left out 1 prompts with a single response (nothing to rank)" in r.stderr
+    assert "warning: helpsteer2@train: 1 row(s) hold two responses of identical text (chosen equals rejected)" \
+        in r.stderr
+
+
+def test_a_pair_whose_chosen_equals_its_rejected_is_kept_with_a_warning(run_cli, tmp_path: Path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "huozi_rlhf_data.json").write_bytes(jsonl(HUOZI_ROW, HUOZI_ROW | {"reject": "七天。"}))
+    r = run_cli("data", "get", "huozi", "--source", "src", "-o", "out.jsonl")
+    assert r.returncode == 0, r.stderr
+    assert "wrote 2 rows" in r.stdout and r.stderr.count("identical text") == 1
+    assert "warning: huozi@train: 1 row(s) hold two responses of identical text" in r.stderr

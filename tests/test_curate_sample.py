@@ -517,3 +517,25 @@ def test_broken_json_and_duplicate_ids_are_located(write_rows):
         sample_responses([PromptRow("a", "一"), PromptRow("a", "二")],
                          SampleConfig([SampleModel("m", api_base="http://127.0.0.1:9/v1")]))
     assert err.value.field == "prompts[1].id"
+
+
+def test_an_empty_reply_is_a_failed_sample_not_an_empty_response(server, tmp_path, write_rows):
+    from tests.conftest import run_cli_in
+
+    def qwen(call: Call) -> Reply:
+        return Reply("") if "长城" in call.user_text else responder(call)
+
+    server.script = by_model({"qwen-fake": qwen, "glm-fake": lambda call: Reply("")})
+    write_rows([{"id": p.id, "prompt": p.prompt} for p in prompts()], name="prompts.jsonl")
+    (tmp_path / "c.yaml").write_text(f"sample:\n  models:\n    - {{name: qwen, api_base: {server.base_url}, "
+                                     f"model: qwen-fake, n: 2}}\n    - {{name: glm, api_base: {server.base_url}, "
+                                     "model: glm-fake}\n", encoding="utf-8")
+    r = run_cli_in(tmp_path, "curate", "sample", "prompts.jsonl", "--config", "c.yaml", "-o", "out.jsonl",
+                   env={"CHEEMS_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    assert "2 prompts with responses (2.0 each), 1 failed; requests: 9 (5 failed)" in r.stdout, r.stdout
+    rows = [orjson.loads(line) for line in (tmp_path / "out.jsonl").read_bytes().splitlines()]
+    assert all(resp["content"] for row in rows for resp in row["responses"])
+    assert [f["error"] for f in rows[0]["failed_samples"]] == ["the reply is empty (no text): not a response"]
+    [failed] = [orjson.loads(line) for line in (tmp_path / "out.failed.jsonl").read_bytes().splitlines()]
+    assert failed["id"] == "p1" and failed["reason"] == "all 3 requests failed"

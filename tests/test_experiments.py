@@ -130,6 +130,8 @@ def test_a_second_run_trains_nothing_and_status_lists_the_cells(workdir, finishe
     r = experiment(workdir, "run", "grid.yaml", "-o", "grid-out")
     assert r.returncode == 0, r.stderr
     assert "ran 0 of 4 cells (4 finished before)" in r.stdout
+    assert "cell 1/4 open-train__tiny__20__s0: finished before, skipped" in r.stdout  # one line per cell
+    assert r.stdout.count("finished before, skipped") == 4
     assert (finished / "results.jsonl").read_bytes() == before
     assert {p: digest(p) for p in finished.glob("cells/*/model/model.safetensors")} == weights
     st = experiment(workdir, "status", "grid-out")
@@ -178,6 +180,31 @@ def test_a_cell_whose_data_changed_is_refused_naming_it(workdir, finished, tmp_p
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "cell open-train__tiny__20__s0 exists with other settings" in r.stderr
     assert "the dataset's files changed" in r.stderr
+
+
+HOLD_THE_FOLDER = ("import sys, time\nfrom cheems.experiments.folder import folder_lock\n"
+                   "with folder_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n")
+
+
+def test_a_second_run_on_a_folder_is_refused_naming_the_first_and_a_killed_runs_lock_frees_it(workdir, finished,
+                                                                                              tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(finished, out)
+    before = (out / "results.jsonl").read_bytes()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_FOLDER, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        r = experiment(workdir, "run", "grid.yaml", "-o", out)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert f"another `cheems experiment run` (pid {holder.pid}) is running on this folder" in r.stderr
+        assert (out / "results.jsonl").read_bytes() == before
+    finally:
+        holder.kill()  # SIGKILL: its lock file stays behind, naming a dead process
+        holder.wait()
+    r = experiment(workdir, "run", "grid.yaml", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert "ran 0 of 4 cells (4 finished before)" in r.stdout
+    assert (out / "results.jsonl").read_bytes() == before
 
 
 def test_status_and_table_read_results_without_changing_them_and_run_repairs(workdir, finished, tmp_path):
@@ -292,6 +319,38 @@ def test_a_changed_accelerate_config_is_refused_naming_launch_config(workdir, tm
     assert not (out / "cells").exists()
 
 
+def test_a_cell_whose_base_model_weights_changed_is_refused_naming_them(workdir, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from cheems.experiments.folder import write_cell_record
+    from cheems.experiments.run import plan_cells
+
+    model = copy_checkpoint(workdir / "tiny", tmp_path / "base")
+    grid_file = write_grid(tmp_path, "grid.yaml", f"benchmarks: [{workdir / 'open.jsonl'}]\nbase_models: [base]\n"
+                           f"datasets: [{{name: d, path: {workdir / 'open.jsonl'}}}]\ndata_sizes: [10, 20]\n" + TRAIN)
+    out = tmp_path / "out"
+    plans, _ = plan_cells(read_grid(grid_file), out)
+    assert all(p.settings["base_model_files"] for p in plans)
+    for plan in plans:  # the cells as a run that prepared them recorded them
+        write_cell_record(out, plan.cell, {"cell": plan.cell, "fingerprint": plan.fingerprint,
+                                           "settings": plan.settings})
+    tensors = load_file(model / "model.safetensors")
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1
+    save_file(tensors, model / "model.safetensors", metadata={"format": "pt"})
+    r = experiment(tmp_path, "run", "grid.yaml", "-o", "out")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "cell d__base__10__s0 exists with other settings (the base model's files changed" in r.stderr
+    assert not (out / "results.jsonl").exists()
+
+
+def test_a_record_from_before_base_model_fingerprints_still_matches():
+    old = {"base_model": "m", "seed": 0}
+    assert changed_settings(old, {**old, "base_model_files": "abc"}) == []
+    assert changed_settings({**old, "base_model_files": "abc"}, {**old, "base_model_files": "abd"}) == \
+        ["the base model's files changed (its weights, config or tokenizer)"]
+
+
 # ----------------------------------------------------------------------------- kill and resume
 
 def test_a_killed_run_resumes_the_interrupted_cell_from_its_checkpoint(workdir, tmp_path):
@@ -362,6 +421,8 @@ BAD_GRIDS = [
     ("data_sizes: [100, some]\n", "data_sizes[1]", "positive number of pairs or 'all'"),
     ("data_sizes: [0]\n", "data_sizes[0]", "positive number"),
     ("seeds: [-1]\n", "seeds[0]", "integer >= 0"),
+    ("seeds: [99999999999999999999]\n", "seeds[0]", "at most 2**63 - 1"),
+    ("seeds: [9223372036854775808]\n", "seeds[0]", "at most 2**63 - 1 (9223372036854775807), got 9223372036854775808"),
     ("gpus_per_cell: many\n", "gpus_per_cell", "number >= 0"),
 ]
 
@@ -373,6 +434,9 @@ def test_a_bad_grid_key_is_one_line_naming_file_and_key(workdir, tmp_path, extra
     with pytest.raises(CheemsInputError) as e:
         read_grid(path)
     assert str(e.value).startswith(f"{path}: {key}: ") and words in str(e.value)
+    r = experiment(tmp_path, "run", "bad.yaml", "-o", "out")  # as a user meets it: one line, nothing made
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and f"bad.yaml: {key}: " in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_bad_datasets_are_refused_when_read(workdir, tmp_path):
@@ -482,6 +546,17 @@ def test_ray_cells_are_submitted_at_once_and_recorded_as_they_finish():
 
 
 @pytest.mark.ray
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_a_ray_address_where_nothing_answers_is_one_line_before_ray_starts(workdir, tmp_path, monkeypatch, address):
+    monkeypatch.setitem(sys.modules, "ray", None)  # importing Ray now fails: the refusal must come first
+    write_grid(tmp_path, "g.yaml", GRID.replace("open.jsonl", str(workdir / "open.jsonl"))
+               .replace("human.jsonl", str(workdir / "human.jsonl")).replace("[tiny]", f"[{workdir / 'tiny'}]"))
+    r = experiment(tmp_path, "run", "g.yaml", "-o", "out", "--ray", address)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert f"--ray: the Ray address {address} does not answer (Connection refused)" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_cells_run_as_ray_tasks(workdir, tmp_path):
     pytest.importorskip("ray")
     write_grid(tmp_path, "grid.yaml", f"benchmarks: [{workdir / 'open.jsonl'}]\n"

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import write_jsonl_rows
 from tests.openai_server import JudgeServer, smart_judge
-from tests.tiny_models import copy_checkpoint, require_models_extra
+from tests.tiny_models import copy_checkpoint, require_models_extra, set_chat_template
 
 require_models_extra()
 import torch  # noqa: E402
@@ -227,6 +227,15 @@ def test_judge_model_beside_another_scorer_is_one_line(tmp_path, run_cli, causal
     r = run_cli("eval", _bench(tmp_path), "--judge-model", causal_lm_model, *extra)
     assert r.returncode == 2 and message in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_a_judge_template_that_raises_is_one_line_naming_the_model(tmp_path, run_cli, causal_lm_model):
+    folder = copy_checkpoint(causal_lm_model, tmp_path / "strict-judge")
+    set_chat_template(folder, "{{ raise_exception('只接受单轮对话') }}")
+    r = run_cli("eval", _bench(tmp_path), "--judge-model", folder, "--max-length", "512")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error: ")]  # after "loading FOLDER ..."
+    assert len(lines) == 1 and f"{folder}: the chat template failed on a conversation: 只接受单轮对话" in lines[0], r.stderr
 
 
 def test_a_reward_model_folder_is_no_judge_model(tmp_path, run_cli, seq_cls_model):

@@ -32,7 +32,7 @@ def work(tmp_path, sample_annotations) -> Path:
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 # (command line, the input it would destroy): every one must be refused with the input intact
@@ -49,7 +49,11 @@ SAME_FILE_CASES = [
     ("curate merge --human open.jsonl --judge human.jsonl -o open.jsonl", "open.jsonl"),
     ("curate resolve bench.jsonl --scores s.jsonl -o s.jsonl", "s.jsonl"),
     ("analyze bias open.jsonl --json open.jsonl", "open.jsonl"),
+    ("data get huozi --source huozi -o huozi/huozi_rlhf_data.json", "huozi/huozi_rlhf_data.json"),
+    ("data get huozi --source huozi -o huozi/README.md", "huozi/README.md"),
+    ("data get hf:team/pairs --source huozi -o ./huozi/../huozi/huozi_rlhf_data.json", "huozi/huozi_rlhf_data.json"),
 ]
+CATALOG_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "catalog"
 
 
 @pytest.mark.parametrize("command, victim", SAME_FILE_CASES, ids=[c for c, _ in SAME_FILE_CASES])
@@ -58,6 +62,7 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(work, command,
     for name in ("X.removed.jsonl", "X.report.json"):
         shutil.copyfile(work / "bench.jsonl", work / name)
     (work / "s.jsonl").write_text('{"prompt_id": "p", "response_id": "r", "score": 1}\n', encoding="utf-8")
+    shutil.copytree(CATALOG_FIXTURES / "huozi", work / "huozi")  # a dataset's source folder
     before = snapshot(work)
     r = run_cli_in(work, *command.split())
     assert_one_line_error(r, "is also an input")

@@ -303,6 +303,11 @@ BAD_INPUTS = {
                                                 "overall": {"difference": "+0.1", "p_value": 0.2}}),
     "bon_text_gold.json": json.dumps({"kind": "bon", "curve": [{"n": 1, "expected_gold": "high"}]}),
     "stranger.json": json.dumps({"hello": "world"}),
+    "eval_text_pairs.json": json.dumps({"kind": "eval", "model": "m", "overall": 0.5, "subsets": {"open": {
+        "accuracy": 0.5, "length": {"better_longer": {"pairs": "x", "accuracy": 0.5}}}}}),
+    "eval_text_n_comparisons.json": json.dumps({"kind": "eval", "model": "m", "overall": 0.5,
+                                                "subsets": {"open": {"accuracy": 0.5, "n_comparisons": "12"}}}),
+    "curate_text_pairs.json": json.dumps({"stage": "debias", "pairs": "x", "comparisons": 4}),
     "broken_log.jsonl": '{"step": 1, "loss": 0.5}\n{"step": 2, "lo\n{"step": 3, "loss": 0.4}\n',
     "binary.json": b"\xff\xfe\x00garbage",
 }
@@ -326,6 +331,10 @@ def test_a_bad_or_unknown_file_is_one_error_naming_it(samples, tmp_path, name):
               "compare_text_difference.json": "overall.difference", "bon_text_gold.json": "curve.0.expected_gold"}
     if name in fields:
         assert caught.value.field == fields[name] and "expected a number or null" in message, message
+    counts = {"eval_text_pairs.json": "subsets.open.length.better_longer.pairs",
+              "eval_text_n_comparisons.json": "subsets.open.n_comparisons", "curate_text_pairs.json": "pairs"}
+    if name in counts:
+        assert caught.value.field == counts[name] and "expected an integer or null (a count)" in message, message
 
 
 def test_a_folder_or_missing_file_is_one_error(tmp_path):
@@ -463,6 +472,17 @@ def test_the_report_command_refuses_a_garbage_overall_in_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "bad.json" in lines[0] and "overall" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("name", ["eval_text_pairs.json", "curate_text_pairs.json"])
+def test_the_report_command_refuses_a_count_that_is_text_in_one_line(tmp_path, name):
+    from tests.conftest import run_cli_in
+
+    (tmp_path / name).write_text(BAD_INPUTS[name], encoding="utf-8")
+    done = run_cli_in(tmp_path, "report", name, "-o", "report.html")
+    assert done.returncode == 2 and not (tmp_path / "report.html").exists()
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {name}: ") and "pairs: expected an integer" in lines[0]
 
 
 def matrix_of(page: PageParser) -> dict[tuple[str, str], str]:

@@ -24,12 +24,18 @@ __all__ = ["Conversion", "Converter", "Entry", "Option", "need_columns", "pair_p
 class Conversion:
     """What a converter is told beside the row: the entry's option value (``None`` when the
     entry has no option), the config and split being read, and the entry's name (ids and
-    subsets are made from it)."""
+    subsets are made from it). ``left_out`` counts what the converter leaves out on purpose."""
 
     name: str
     split: str
     config: str | None = None
     option: str | None = None
+    left_out: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def leave_out(self, what: str) -> None:
+        """Count one thing the converter leaves out on purpose (``what``: a plural phrase such
+        as "prompts with one response (nothing to rank)"); the read says how many of each."""
+        self.left_out[what] = self.left_out.get(what, 0) + 1
 
 
 Converter = Callable[[dict, int, Conversion], Iterable[Prompt]]

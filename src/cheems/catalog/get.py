@@ -28,10 +28,10 @@ import orjson
 from cheems.catalog.entry import Conversion, Entry
 from cheems.catalog.hub import HUB_ID, HubRows, mirror_source, open_rows
 from cheems.catalog.registry import CATALOG, entry_for_hub_id, find_entry
-from cheems.records import CheemsInputError, Prompt, validate_prompt
+from cheems.records import CheemsInputError, Prompt, identical_responses, validate_prompt
 
 __all__ = ["CONVERTER_VERSION", "DataSpec", "generic_entry", "get_dataset", "iter_converted", "licence_notice",
-           "parse_spec", "remember_licence_shown", "resolve_data", "resolve_data_paths"]
+           "parse_spec", "remember_licence_shown", "resolve_data", "resolve_data_paths", "source_files"]
 
 CONVERTER_VERSION = 1
 """Bumped when a conversion changes, so converted files cached under an older one are made again."""
@@ -153,14 +153,16 @@ def iter_converted(spec: str | Entry | DataSpec, *, source: str | None = None, s
     fresh = getattr(convert, "fresh", None)  # a converter that groups adjacent rows keeps state per read
     if fresh is not None:
         convert = fresh()
-    yielded = 0
+    yielded = twins = 0
     for index, row in raw.rows:
         if entry.keep is not None and not entry.keep(row):
             continue
         for prompt in _converted(convert, row, index, conv, raw.where, skip_invalid, errors):
             yield prompt
             yielded += 1
+            twins += identical_responses(prompt) > 0
             if limit is not None and yielded >= limit:
+                _say_left_out(conv, twins, notify)
                 return
         if progress is not None and entry.loader != "lfs" and index % 256 == 0:
             progress(index + 1, raw.total)
@@ -170,8 +172,22 @@ def iter_converted(spec: str | Entry | DataSpec, *, source: str | None = None, s
             if limit is None or yielded < limit:
                 yield prompt
                 yielded += 1
+                twins += identical_responses(prompt) > 0
+    _say_left_out(conv, twins, notify)
     if shown:
         remember_licence_shown(entry)
+
+
+def _say_left_out(conv: Conversion, twins: int, notify: Notify | None) -> None:
+    """One line per kind of thing the conversion left out on purpose, and one for the rows it
+    kept whose responses have identical text (as `cheems validate` says of them)."""
+    if notify is None:
+        return
+    for what, n in conv.left_out.items():
+        notify(f"note: {conv.name}@{conv.split}: left out {n} {what}")
+    if twins:
+        notify(f"warning: {conv.name}@{conv.split}: {twins} row(s) hold two responses of identical text (chosen "
+               "equals rejected): `eval` scores them (a tie under --ties), `train` skips their pair")
 
 
 def _converted(convert, row, index: int, conv: Conversion, where: str, skip_invalid: bool,
@@ -184,7 +200,8 @@ def _converted(convert, row, index: int, conv: Conversion, where: str, skip_inva
     except CheemsInputError as e:
         located = e.located(file=f"{where}@{conv.split}", line=index + 1 if index >= 0 else None)
         if not skip_invalid:
-            raise located from None
+            raise CheemsInputError(f"{located.message}; --skip-invalid leaves such rows out and counts them",
+                                   file=located.file, line=located.line, field=located.field) from None
         if errors is not None:
             errors.append(located)
         return []
@@ -199,6 +216,20 @@ def _as_spec(spec: str | Entry | DataSpec) -> DataSpec:
     if parsed is None:
         find_entry(str(spec))  # one line naming the catalogue
     return parsed
+
+
+def source_files(spec: str | Entry | DataSpec, source: str | None = None) -> list[Path]:
+    """The local files a read of ``spec`` may take its rows from: every file of the folder
+    ``source`` names, or of the dataset's copy in the hub mirror (``$CHEEMS_HUB_MIRROR``);
+    none when it is read from the hub. An output must be none of them."""
+    folder = source or mirror_source(_as_spec(spec).entry.hub_id)
+    if folder is None or _is_url(folder) or not Path(folder).expanduser().is_dir():
+        return []
+    return sorted(p for p in Path(folder).expanduser().rglob("*") if p.is_file())
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
 
 
 def _licences_file() -> Path:

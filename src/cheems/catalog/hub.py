@@ -10,6 +10,7 @@ or config (with the ones there are), not found, gated, offline without a cached 
 
 from __future__ import annotations
 
+import gzip
 import logging
 import os
 import re
@@ -20,7 +21,8 @@ from typing import Any, Iterator
 from cheems.catalog.entry import Entry
 from cheems.records import CheemsInputError
 
-__all__ = ["BATCH_ROWS", "HUB_ID", "HubRows", "MISSING_EXTRA", "mirror_source", "offline", "open_rows"]
+__all__ = ["BATCH_ROWS", "HUB_ID", "HubRows", "MISSING_EXTRA", "first_non_utf8_line", "mirror_source", "offline",
+           "open_rows"]
 
 MISSING_EXTRA = "reading datasets by name needs the datasets extra: pip install 'cheems[datasets]'"
 BATCH_ROWS = 1000
@@ -82,6 +84,8 @@ def open_rows(entry: Entry, *, source: str | None = None, split: str, config: st
     if source is not None and not local and not HUB_ID.fullmatch(source):
         raise CheemsInputError("no such folder (a --source is a local folder or a hub id owner/name)",
                                file=source)
+    if local and entry.data_files is None:
+        _check_one_format(entry, Path(where).expanduser(), config if entry.config_is_data_dir else None)
     stream = entry.streaming if streaming is None else streaming
     kwargs = _load_kwargs(entry, local=local, split=split, config=config, revision=revision, streaming=stream)
     path = str(Path(where).expanduser()) if local else where
@@ -89,17 +93,90 @@ def open_rows(entry: Entry, *, source: str | None = None, split: str, config: st
     dataset = _call_datasets(datasets.load_dataset, path, kwargs, entry, where)
     if stream:
         return HubRows(enumerate(_guarded(iter(dataset), entry, where)), None, where)
-    return HubRows(_batched_rows(dataset), dataset.num_rows, where)
+    return HubRows(_utf8_checked(_batched_rows(dataset), entry, where), dataset.num_rows, where)
+
+
+_FORMATS = [(re.compile(r"\.parquet$", re.I), "Parquet"),
+            (re.compile(r"\.(jsonl|json)(\.(gz|zst|bz2|xz))?$", re.I), "JSON"),
+            (re.compile(r"\.(csv|tsv)(\.(gz|zst|bz2|xz))?$", re.I), "CSV"),
+            (re.compile(r"\.arrow$", re.I), "Arrow")]
+"""The data file formats ``datasets`` reads, each by its file names (compressed or not)."""
+
+
+def _check_one_format(entry: Entry, folder: Path, data_dir: str | None) -> None:
+    """Refuse a local folder whose data files come in several formats (Parquet and JSON
+    Lines, say) when its card declares no ``configs:``: ``datasets`` would read the files of
+    one format and leave the others out without a word."""
+    card = folder / "README.md"
+    if card.is_file() and re.search(r"^configs:", card.read_text(encoding="utf-8", errors="replace"), re.M):
+        return
+    root = folder / data_dir if data_dir else folder
+    counts: dict[str, int] = {}
+    for path in root.rglob("*") if root.is_dir() else ():
+        parts = path.relative_to(folder).parts
+        kind = next((k for pattern, k in _FORMATS if pattern.search(path.name)), None)
+        if kind and not any(p.startswith((".", "_")) for p in parts) and path.is_file():
+            counts[kind] = counts.get(kind, 0) + 1
+    if len(counts) > 1:
+        found = ", ".join(f"{n} {kind} file{'s' if n > 1 else ''}" for kind, n in sorted(counts.items()))
+        raise CheemsInputError(f"{entry.name}: the folder holds data files of several formats ({found}); datasets "
+                               "would read one format only and leave the other rows out: keep one format, or "
+                               "declare each split's files under configs: in its README.md", file=str(root))
 
 
 def _batched_rows(dataset) -> Iterator[tuple[int, dict]]:
     """Every row of an Arrow-backed ``Dataset``, a batch at a time (``to_pylist`` converts a
-    whole batch in C++; indexing row by row re-formats each row in Python)."""
+    whole batch in C++; indexing row by row re-formats each row in Python).
+
+    A JSON Lines column whose rows hold values of different types (a string here, a number
+    there) is kept by ``datasets`` as each value's JSON text; it is decoded back, so that the
+    converter sees ``7`` where the file has ``7`` (and refuses it) and ``答`` where it has ``"答"``."""
+    features = dataset.features
+    mixed = features is not None and any(type(f).__name__ == "Json" for f in features.values())
     index = 0
     for table in dataset.with_format("arrow").iter(batch_size=BATCH_ROWS):
-        for row in table.to_pylist():
+        if mixed:
+            columns = features.decode_batch(table.to_pydict())
+            rows = [dict(zip(columns, values)) for values in zip(*columns.values())]
+        else:
+            rows = table.to_pylist()
+        for row in rows:
             yield index, row
             index += 1
+
+
+def _utf8_checked(rows: Iterator[tuple[int, dict]], entry: Entry, where: str) -> Iterator[tuple[int, dict]]:
+    """``rows``, with text that is not UTF-8 (Arrow's JSON reader keeps its bytes; they fail
+    only when turned into Python) as one error naming the file and line."""
+    try:
+        yield from rows
+    except UnicodeDecodeError as e:
+        raise _load_error(e, entry, where) from None
+
+
+_TEXT_FILE = re.compile(r"\.(jsonl|json|csv|tsv|txt)(\.gz)?$", re.IGNORECASE)
+
+
+def first_non_utf8_line(folder: str | os.PathLike) -> CheemsInputError | None:
+    """The first line of a text data file (JSON, JSON Lines, CSV, TSV, text; gzipped or not)
+    under ``folder`` that is not UTF-8, as an error naming its file and line; None when every
+    one is UTF-8 (or ``folder`` is no local folder)."""
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        return None
+    for path in sorted(p for p in root.rglob("*") if _TEXT_FILE.search(p.name) and p.is_file()):
+        opener = gzip.open if path.name.lower().endswith(".gz") else open
+        try:
+            with opener(path, "rb") as f:
+                for number, line in enumerate(f, 1):
+                    try:
+                        line.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        return CheemsInputError(f"is not UTF-8 text (byte 0x{line[e.start]:02x} at byte {e.start + 1} "
+                                                "of the line); save the file as UTF-8", file=str(path), line=number)
+        except (OSError, EOFError):
+            continue  # a file that cannot be read is the reader's to report
+    return None
 
 
 def _guarded(rows: Iterator[dict], entry: Entry, where: str) -> Iterator[dict]:
@@ -125,6 +202,10 @@ def _call_datasets(load, path: str, kwargs: dict, entry: Entry, where: str):
 
 
 def _load_error(e: Exception, entry: Entry, where: str) -> CheemsInputError:
+    if isinstance(e, UnicodeDecodeError):
+        found = first_non_utf8_line(where)
+        if found is not None:
+            return found
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     name = type(e).__name__
     lowered = text.lower()

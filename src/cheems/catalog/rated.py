@@ -69,6 +69,7 @@ def convert_stack_exchange(row: dict, index: int, conv: Conversion) -> Iterable[
             contents.append(content)
             scores.append(score)
     if len(contents) < 2:
+        conv.leave_out("questions with fewer than two answers with text (nothing to rank)")
         return []
     if len(set(ids)) != len(ids):
         raise CheemsInputError("two answers share an answer_id", field="answers")
@@ -151,6 +152,7 @@ def convert_ultrafeedback_raw(row: dict, index: int, conv: Conversion) -> Iterab
         scores.append(score)
         models.append(completion.get("model") if isinstance(completion.get("model"), str) else None)
     if len(contents) < 2:
+        conv.leave_out("instructions with fewer than two rated completions (nothing to rank)")
         return []
     source = row["source"]
     return [scored_prompt(None, text_value(row, "instruction"), contents, scores, models=models,
@@ -208,6 +210,8 @@ class HelpSteer2Rankings:
         once the split has no more rows."""
         rows, self._rows, self._conv = self._rows, [], None
         if len(rows) < 2:
+            if rows:
+                conv.leave_out("prompts with a single response (nothing to rank)")
             return []
         attribute = _attribute(conv)
         return [scored_prompt(None, rows[0]["prompt"], [r["response"] for r in rows], [r[attribute] for r in rows],

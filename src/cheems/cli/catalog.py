@@ -68,10 +68,11 @@ def get(name: str = typer.Argument(..., help="A catalogue name or hf:OWNER/NAME[
                                              "repository, or another hub id with the same schema."),
         skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip rows that cannot be converted.")):
     """Download a dataset (once, into the datasets cache) and convert it to cheems rows."""
-    from cheems.catalog.get import get_dataset
+    from cheems.catalog.get import get_dataset, source_files
     from cheems.io import check_outputs
 
     check_outputs([output], [source] if source and Path(source).exists() else [])
+    check_outputs([output], source_files(name, source))  # no source file of the dataset is written over
     with progress(f"converting {name}") as bar:
         summary = get_dataset(name, output, split=split, config=config, option=option, revision=revision,
                               limit=limit, source=source, skip_invalid=skip_invalid, progress=bar,

@@ -63,7 +63,9 @@ def _cells_progress():
 
 
 def _cell_lines(p) -> None:
-    if p.stage == "done":
+    if p.stage == "skipped":
+        out.print(f"cell {p.index + 1}/{p.cells} {p.cell}: finished before, skipped")
+    elif p.stage == "done":
         out.print(f"cell {p.cell}: finished ({p.done} of {p.cells} done, {p.cells - p.done} left)")
     elif p.stage in ("prepare", "queued"):
         what = "started" if p.stage == "prepare" else "queued as a Ray task"

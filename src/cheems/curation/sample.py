@@ -38,7 +38,9 @@ reply that is no chat completion with a string ``content`` (``content`` null, a 
 number, no ``choices``, not JSON...; see :func:`cheems.llm.client.read_chat_reply`) is a
 failed request too, with the raw reply (shortened) in its error: it fails at once, or is
 retried where ``retry_malformed`` says so; it never becomes a response, and neither does a
-local model's answer that is not a string. A request that failed for good is not fatal and
+local model's answer that is not a string. An answer of no text at all (``""``) is kept in
+the cache (the same request gives it again) but never becomes a response either: it is a
+failed sample, :data:`EMPTY_REPLY`. A request that failed for good is not fatal and
 is not cached (a rerun asks again); it is listed in its row's ``extra["failed_samples"]`` as
 ``{"model", "sample", "error"}``. A prompt whose every request failed gets no output row (a
 row without responses is not a valid prompt row) and goes to ``SampleResult.failed`` as
@@ -76,7 +78,7 @@ from cheems.llm.client import (ChatReply, RequestFailed, RetryPolicy, ask, cache
 from cheems.records import CheemsInputError, Prompt, PromptText, Response, check_prompt_text
 from cheems.settings import check_settings, setting, settings_from_mapping
 
-__all__ = ["DROPPED_KEYS", "LOCAL_CHUNK", "LocalGenerate", "PromptRow", "SampleConfig", "SampleModel",
+__all__ = ["DROPPED_KEYS", "EMPTY_REPLY", "LOCAL_CHUNK", "LocalGenerate", "PromptRow", "SampleConfig", "SampleModel",
            "SampleResult", "check_sample_prompt", "default_sample_cache_path", "parse_prompt_row",
            "read_prompt_rows", "sample_responses", "sample_responses_async", "vllm_generate"]
 
@@ -511,6 +513,10 @@ async def _request_all(keys: list[str], by_key: dict, models: list[SampleModel],
             await client.close()
 
 
+EMPTY_REPLY = "the reply is empty (no text): not a response"
+"""The failure recorded for an answer of no text at all (blank text is the ``empty`` filter rule's)."""
+
+
 def _assemble(prompts: list, plan: list[list[tuple[int, int, str]]], models: list[SampleModel],
               outcomes: dict[str, _Outcome], by_key: dict, sent: list[dict], generated: list[int]) -> SampleResult:
     counts = [{"requested": 0, "succeeded": 0, "failed": 0, "cached": 0, "sent": sent[mi]["requests"],
@@ -523,9 +529,10 @@ def _assemble(prompts: list, plan: list[list[tuple[int, int, str]]], models: lis
         for mi, k, key in row:
             m, o, c = models[mi], outcomes[key], counts[mi]
             c["requested"] += 1
-            if o.error is not None:
+            error = o.error if o.error is not None or o.text != "" else EMPTY_REPLY
+            if error is not None:
                 c["failed"] += 1
-                failures.append({"model": m.name, "sample": k, "error": o.error})
+                failures.append({"model": m.name, "sample": k, "error": error})
                 continue
             c["succeeded"] += 1
             c["cached"] += o.cached

@@ -81,6 +81,9 @@ def _prepared(plan: CellPlan, folder: Path, notify: Notify | None) -> int:
     data = folder / DATA_FILE
     if record is not None and record.get("fingerprint") == plan.fingerprint and data.is_file() \
             and isinstance(record.get("sampled_pairs"), int):
+        if notify is not None:
+            notify(f"note: cell {plan.cell}: its training data was prepared by an earlier run with these settings; "
+                   "reused")
         return record["sampled_pairs"]
     pairs = prepare_cell_data([Path(f) for f in plan.files], plan.curate, plan.size, plan.seed, data,
                               skip_invalid=bool(plan.train.get("skip_invalid")), notify=notify)
@@ -98,7 +101,12 @@ def _train(plan: CellPlan, folder: Path, report: Callable[..., None], notify: No
     from cheems.training.trainer import train
 
     output = folder / MODEL_DIR
-    resume = output.is_dir() and bool(list_checkpoints(output) or (output / SUMMARY_FILE).exists())
+    checkpoints = list_checkpoints(output) if output.is_dir() else []
+    resume = bool(checkpoints) or (output / SUMMARY_FILE).exists()
+    if resume and notify is not None:
+        where = "its finished model" if (output / SUMMARY_FILE).exists() else checkpoints[-1][1].name
+        notify(f"note: cell {plan.cell}: training resumes from {where} (an earlier run stopped before recording "
+               "the cell)")
     fields = dict(model=plan.base_model, train=[str(folder / DATA_FILE)], output=str(output), eval=[],
                   resume=resume, seed=plan.seed, **plan.train)
     if plan.launch is not None:

@@ -2,10 +2,11 @@
 fingerprint that says whether a cell already in the folder is the cell asked for.
 
 A cell's settings are everything that changes its result: the dataset (name, curation, the
-bytes of its files), the base model, the data size, the seed, the training settings (those a
-resumed run may change aside, :data:`cheems.training.output_folder.RESUMABLE_CHANGES`), the
-scoring settings, the benchmarks (names and bytes) and, with ``launch:``, the accelerate config
-(its bytes) and the processes. Its fingerprint is a hash of them.
+bytes of its files), the base model (its path and, for a local folder, the bytes of its files),
+the data size, the seed, the training settings (those a resumed run may change aside,
+:data:`cheems.training.output_folder.RESUMABLE_CHANGES`), the scoring settings, the benchmarks
+(names and bytes) and, with ``launch:``, the accelerate config (its bytes) and the processes.
+Its fingerprint is a hash of them.
 
 The training and scoring settings are recorded as the grid gives them (its explicit keys), not
 merged with cheems' defaults: a later cheems with one more setting plans the same fingerprints.
@@ -20,6 +21,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from cheems.experiments.grid import BaseModel, DatasetSpec, Grid, train_settings
 from cheems.io import files_fingerprint
@@ -27,8 +29,8 @@ from cheems.records import CheemsInputError
 from cheems.scoring.model_settings import ModelSettings
 from cheems.training.output_folder import RESUMABLE_CHANGES
 
-__all__ = ["Cell", "cell_id", "cell_settings", "changed_settings", "grid_cells", "setting_defaults",
-           "settings_fingerprint", "shared_settings"]
+__all__ = ["Cell", "base_model_fingerprint", "cell_id", "cell_settings", "changed_settings", "grid_cells",
+           "setting_defaults", "settings_fingerprint", "shared_settings"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -103,12 +105,28 @@ def setting_defaults() -> dict:
     return _plain(out)
 
 
-def cell_settings(cell: Cell, shared: dict, data_fingerprint: str) -> dict:
+def base_model_fingerprint(path: str) -> str | None:
+    """The fingerprint of the files of the base model folder ``path`` that affect a model
+    trained from it (weights, config, tokenizer: :func:`cheems.models.checkpoints.model_fingerprint`,
+    whose digests are cached by each file's size, times and inode, so an unchanged folder is
+    read once); None for a hub id (no local folder)."""
+    if not Path(path).is_dir():
+        return None
+    from cheems.models.checkpoints import model_fingerprint
+
+    return model_fingerprint(path)
+
+
+def cell_settings(cell: Cell, shared: dict, data_fingerprint: str, model_fingerprint: str | None = None) -> dict:
     """Everything that changes ``cell``'s result (see the module docstring); ``data_fingerprint``
-    is the fingerprint of its dataset's files."""
-    return {"dataset": {"name": cell.dataset.name, "curate": list(cell.dataset.curate),
-                        "files": data_fingerprint},
-            "base_model": cell.model.path, "data_size": cell.size, "seed": cell.seed, **shared}
+    is the fingerprint of its dataset's files, ``model_fingerprint`` that of its base model's
+    (:func:`base_model_fingerprint`)."""
+    settings = {"dataset": {"name": cell.dataset.name, "curate": list(cell.dataset.curate),
+                            "files": data_fingerprint},
+                "base_model": cell.model.path, "data_size": cell.size, "seed": cell.seed, **shared}
+    if model_fingerprint is not None:
+        settings["base_model_files"] = model_fingerprint
+    return settings
 
 
 def settings_fingerprint(settings: dict) -> str:
@@ -144,6 +162,10 @@ def changed_settings(old: dict, new: dict, defaults: dict | None = None) -> list
             continue
         elif key == "dataset.files":
             phrases.append("the dataset's files changed")
+        elif key == "base_model_files" and key not in a:
+            continue  # recorded before the base model's files were part of a cell's settings
+        elif key == "base_model_files" and key in b:
+            phrases.append("the base model's files changed (its weights, config or tokenizer)")
         elif key == "launch.config" and key in a and key in b:
             phrases.append("launch.config: the accelerate config file's contents changed")
         elif key.startswith("benchmarks.") and key in a and key in b:

@@ -23,7 +23,7 @@ from cheems.scoring.model_settings import ModelSettings
 from cheems.settings import check_settings, settings_from_mapping
 from cheems.training.config import TrainConfig
 
-__all__ = ["ALL", "BaseModel", "CURATION_STEPS", "DatasetSpec", "Grid", "GRID_KEYS", "SET_BY_EXPERIMENT",
+__all__ = ["ALL", "BaseModel", "CURATION_STEPS", "DatasetSpec", "Grid", "GRID_KEYS", "MAX_SEED", "SET_BY_EXPERIMENT",
            "VARIANTS", "read_grid", "train_settings"]
 
 ALL = "all"
@@ -35,6 +35,8 @@ CURATION_STEPS = ("debias", "filter")
 filters of :func:`cheems.curation.filters.filter_prompts` with their default settings."""
 
 VARIANTS = ("pretrained", "instruct")
+MAX_SEED = 2**63 - 1
+"""The largest seed: a signed 64-bit integer, which torch, numpy and the JSON records all take."""
 GRID_KEYS = ("benchmarks", "base_models", "datasets", "data_sizes", "seeds", "train", "eval", "gpus_per_cell", "launch")
 SET_BY_EXPERIMENT = ("model", "train", "output", "eval", "resume", "seed")
 """TrainConfig fields the experiment sets for each cell (``seed`` is the cell's seed, from ``seeds:``);
@@ -254,6 +256,8 @@ def _seeds(value: Any, file: str) -> list[int]:
     for i, v in enumerate(values):
         if not (is_integer(v) and v >= 0):
             raise CheemsInputError(f"must be an integer >= 0, got {v!r}", file=file, field=f"seeds[{i}]")
+        if v > MAX_SEED:
+            raise CheemsInputError(f"must be at most 2**63 - 1 ({MAX_SEED}), got {v}", file=file, field=f"seeds[{i}]")
         if v in values[:i]:
             raise CheemsInputError(f"{v!r} is given twice", file=file, field=f"seeds[{i}]")
     return list(values)

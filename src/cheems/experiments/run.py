@@ -14,6 +14,9 @@ what changed: the new grid belongs in another folder. Settings are compared know
 defaults (:func:`cheems.experiments.cells.changed_settings`): a folder recorded with every
 default, or before a setting existed, matches a grid that leaves them out; its cells' records
 then take the fingerprints of this version.
+
+One run at a time works on a folder (:func:`cheems.experiments.folder.folder_lock`): a second is
+refused naming the first's pid, as two would run and record the same cells.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cheems.experiments.cells import (cell_settings, changed_settings, grid_cells, setting_defaults,
-                                      settings_fingerprint, shared_settings)
+from cheems.experiments.cells import (base_model_fingerprint, cell_settings, changed_settings, grid_cells,
+                                      setting_defaults, settings_fingerprint, shared_settings)
 from cheems.experiments.cell_recipe import CellPlan, run_cell
 from cheems.experiments.folder import (RESULTS_FILE, append_result, cell_folder, cut_unfinished_line,
-                                       read_cell_record, read_experiment_record, write_cell_record,
+                                       folder_lock, read_cell_record, read_experiment_record, write_cell_record,
                                        write_experiment_record)
 from cheems.experiments.results import CellResult, read_results
 from cheems.experiments.grid import Grid
@@ -44,7 +47,8 @@ Notify = Callable[[str], None]
 @dataclass
 class CellProgress:
     """Where a run stands: cell ``index`` (0-based, in the grid) of ``cells``, ``done`` cells
-    finished, the cell's ``stage`` (prepare, train, evaluate, done; with Ray: queued, done) and
+    finished, the cell's ``stage`` (prepare, train, evaluate, done; with Ray: queued, done;
+    skipped for a cell finished by an earlier run) and
     its training ``step`` of ``steps`` (0 of 0 outside training, or when the cell runs where
     steps cannot be followed)."""
 
@@ -68,9 +72,10 @@ def plan_cells(grid: Grid, out_dir: str | os.PathLike, notify: Notify | None = N
     shared = shared_settings(grid, benchmark_names(grid, benchmarks))
     files = {d.name: dataset_files(d, notify) for d in grid.datasets}
     fingerprints = {name: files_fingerprint(f) for name, f in files.items()}
+    models = {m.path: base_model_fingerprint(m.path) for m in grid.base_models}
     plans = []
     for c in grid_cells(grid):
-        settings = cell_settings(c, shared, fingerprints[c.dataset.name])
+        settings = cell_settings(c, shared, fingerprints[c.dataset.name], models[c.model.path])
         plans.append(CellPlan(c.id, str(cell_folder(out_dir, c.id)), c.dataset.name,
                               [str(f) for f in files[c.dataset.name]], c.dataset.curate, c.model.path, c.model.name,
                               c.model.variant, c.model.parameters, c.size, c.seed, dict(grid.train), dict(grid.eval),
@@ -151,11 +156,26 @@ def run_experiment(grid: Grid, out_dir: str | os.PathLike, *, ray_address: str |
     started = time.perf_counter()
     out = Path(out_dir).resolve()
     check_output_folder(out, [grid.file])
+    if ray_address:
+        from cheems.scoring.ray_scoring import check_ray_address
+
+        check_ray_address(ray_address, field="--ray")  # before Ray, which retries a dead address for minutes
     plans, shared = plan_cells(grid, out, notify)
+    with folder_lock(out):  # one run at a time on a folder: two would record each cell twice
+        return _run_locked(grid, out, plans, shared, started, ray_address=ray_address, progress=progress,
+                           notify=notify)
+
+
+def _run_locked(grid: Grid, out: Path, plans: list[CellPlan], shared: dict, started: float, *,
+                ray_address: str | None, progress: Progress | None, notify: Notify | None) -> dict:
+    """:func:`run_experiment` once it holds the folder."""
     results = _finished_cells(out, notify)
     write_experiment_record(out, _check_folder(out, grid, plans, shared, results))
     todo = [p for p in plans if p.cell not in results]
     counter = _Counter(plans, len(plans) - len(todo), progress)
+    for plan in plans:
+        if plan.cell in results:
+            counter.reporter(plan)("skipped")  # finished before: one line each
 
     def finished(plan: CellPlan, row: dict) -> None:
         append_result(out, row)

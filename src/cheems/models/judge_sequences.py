@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from cheems.models.sequences import EncodeStats
+from cheems.models.sequences import EncodeStats, chat_text
 from cheems.records import CheemsInputError
 
 __all__ = ["encode_judge_prompts", "verdict_token_ids"]
@@ -25,8 +25,8 @@ def _render(tokenizer, messages: list[dict], *, reply: str | None, stats: Encode
     with ``reply`` as the assistant turn), else role-prefixed lines ending in ``assistant:``."""
     if getattr(tokenizer, "chat_template", None):
         if reply is None:
-            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": reply}], tokenize=False)
+            return chat_text(tokenizer, messages, add_generation_prompt=True)
+        return chat_text(tokenizer, messages + [{"role": "assistant", "content": reply}])
     stats.no_chat_template = True
     head = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
     return head if reply is None else f"{head} {reply}"

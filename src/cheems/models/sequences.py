@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from cheems.models.checkpoints import require_torch
-from cheems.records import PromptText
+from cheems.records import CheemsInputError, PromptText
 
-__all__ = ["DEFAULT_TOKEN_BUDGET", "ConversationEncoder", "EncodeStats", "apply_head", "default_token_budget",
-           "device_tensor",
+__all__ = ["DEFAULT_TOKEN_BUDGET", "ConversationEncoder", "EncodeStats", "apply_head", "chat_text",
+           "default_token_budget", "device_tensor",
            "encode_conversation", "encode_conversations", "pack_in_order", "pad_right", "plan_batches",
            "reward_at_last_token"]
 
@@ -81,9 +81,22 @@ def _conversation_text(tokenizer, prompt: PromptText, response: str, stats: Enco
     messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
     messages = messages + [{"role": "assistant", "content": response}]
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False)
+        return chat_text(tokenizer, messages)
     stats.no_chat_template = True
     return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def chat_text(tokenizer, messages: list[dict], **kwargs) -> str:
+    """``messages`` rendered by the tokenizer's chat template (``apply_chat_template`` with
+    ``kwargs``); a template that fails on them (``raise_exception(...)``, an undefined name)
+    is one error naming the model whose template it is and the template's message."""
+    import jinja2
+
+    try:
+        return tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+    except jinja2.TemplateError as e:
+        raise CheemsInputError(f"the chat template failed on a conversation: {e.message or type(e).__name__}",
+                               file=str(getattr(tokenizer, "name_or_path", "") or "") or None) from None
 
 
 class ConversationEncoder:

@@ -128,10 +128,34 @@ def _require(data: Any, path: tuple, expected: str, file: Path, at: str = "") ->
         raise CheemsInputError(f"expected {expected}, found {found}", file=str(file), field=where)
 
 
+def _is_count_key(key: Any) -> bool:
+    """A key that names a count in eval and curate reports: ``pairs``, ``n_prompts``, ``n_tied``, ..."""
+    return isinstance(key, str) and (key == "pairs" or key.startswith("n_"))
+
+
+def _check_counts(node: Any, path: Path, at: tuple = ()) -> None:
+    """Every count (:func:`_is_count_key`) anywhere in ``node`` is an integer or null (a judge's
+    report also lists its judged ``pairs``): a count of ``"x"`` is one error naming it, not a
+    dash on the page."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            listed = key == "pairs" and isinstance(value, list)
+            if _is_count_key(key) and not (value is None or is_integer(value) or listed):
+                found = f"{value!r}" if isinstance(value, (str, float)) else f"a {type(value).__name__}"
+                raise CheemsInputError(f"expected an integer or null (a count), found {found}", file=str(path),
+                                       field=".".join(map(str, (*at, key))))
+            _check_counts(value, path, (*at, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_counts(value, path, (*at, i))
+
+
 def _check_shape(kind: str, data: Any, path: Path) -> None:
     """The keys each section reads, checked once here: a file missing them is one error naming it."""
     for where, expected in REQUIRED[kind]:
         _require(data, where, expected, path)
+    if kind in ("eval", "curate"):
+        _check_counts(data, path)
     if kind == "eval":
         for name, subset in data["subsets"].items():
             _require(data, ("subsets", name), "an object", path)

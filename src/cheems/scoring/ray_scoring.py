@@ -26,7 +26,7 @@ from typing import Callable, Iterator, Sequence
 from cheems.io import ResumableJsonl
 from cheems.records import CheemsInputError, Prompt
 
-__all__ = ["RewardModelReplica", "score_with_ray"]
+__all__ = ["RAY_PROBE_TIMEOUT_S", "RewardModelReplica", "check_ray_address", "score_with_ray"]
 
 MISSING_EXTRA = "scoring with Ray needs the ray extra: pip install 'cheems[ray]'"
 
@@ -243,6 +243,31 @@ def _plan_replicas(ray, replicas: int | None, num_gpus_per_replica: float | None
     return 0.0, n, float(max(1, int(min(node_cpus) // per_node)))
 
 
+RAY_PROBE_TIMEOUT_S = 5.0
+"""Seconds a Ray address may take to accept a TCP connection before it counts as not answering."""
+
+
+def check_ray_address(address: str | None, *, field: str = "address", timeout_s: float = RAY_PROBE_TIMEOUT_S) -> None:
+    """Refuse a Ray address ``HOST:PORT`` (or ``ray://HOST:PORT``) where nothing accepts a TCP
+    connection within ``timeout_s``: ``ray.init`` would retry it for minutes. Needs no Ray
+    (call it before importing Ray); ``auto``, ``local``, ``None`` and other forms are Ray's to resolve."""
+    import socket
+
+    if not address or address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except (OSError, OverflowError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        raise CheemsInputError(f"the Ray address {address} does not answer ({reason}); start the cluster there "
+                               "(`ray start --head`), or give auto (the running cluster) or local",
+                               field=field) from None
+
+
 @contextlib.contextmanager
 def _connected(ray, address: str | None) -> Iterator[None]:
     """Use this process's Ray connection, or open one for the duration and close it after."""
@@ -250,6 +275,8 @@ def _connected(ray, address: str | None) -> Iterator[None]:
         yield
         return
     import logging
+
+    check_ray_address(address)
 
     try:
         # log_to_driver=False: replicas' own output stays in the Ray logs, not on our stderr
