@@ -231,7 +231,7 @@ BOUNDARY = [
     ("not an object", "/classify", [1, 2], None, 422, "body"),
     ("query missing", "/get_reward", {"prompts": ["a"]}, None, 422, "query"),
     ("query a text", "/get_reward", {"query": "a"}, None, 422, "query"),
-    ("query empty", "/get_reward", {"query": []}, None, 422, "query"),
+    ("input empty", "/classify", {"input": []}, None, 422, "input"),
     ("a query not a text", "/get_reward", {"query": ["a", 3]}, None, 422, "query[1]"),
     ("prompts not a list", "/get_reward", {"query": ["a"], "prompts": "a"}, None, 422, "prompts"),
     ("an empty query", "/get_reward", {"query": ["a", ""]}, None, 422, "query[1]"),

@@ -20,6 +20,7 @@ import pytest
 
 from cheems.records import CheemsInputError, Prompt, Response
 from cheems.scoring.remote_scorer import RemoteScorer, request_chunks
+from cheems.serving.settings import ServeSettings
 from tests.conftest import HANG_TIMEOUT_S, run_cli_in
 from tests.serve_process import launch_serve
 
@@ -217,6 +218,7 @@ def test_the_server_refusing_is_one_line_with_its_message(tmp_path, server, benc
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--server", server + "/nothing/here",
                                      "--api-key-file", token_file))
     assert "HTTP 404" in line and line.endswith("is it `cheems serve`?")
-    many = Prompt(id="many", prompt="问", responses=[Response(f"r{i}", "答") for i in range(1100)])
-    with pytest.raises(CheemsInputError, match=r"HTTP 413: more than 1024 responses .* \(field rows\)"):
-        RemoteScorer(server, api_key=TOKEN, max_responses=5000).scores([many])
+    most = ServeSettings().max_queries  # the server's default --max-queries
+    many = Prompt(id="many", prompt="问", responses=[Response(f"r{i}", "答") for i in range(most + 1)])
+    with pytest.raises(CheemsInputError, match=rf"HTTP 413: more than {most} responses .* \(field rows\)"):
+        RemoteScorer(server, api_key=TOKEN, max_responses=most + 1).scores([many])

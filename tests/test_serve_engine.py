@@ -26,7 +26,7 @@ require_models_extra()
 from cheems.records import CheemsInputError, Prompt  # noqa: E402
 from cheems.scoring.transformers_rm import load_reward_model, score_prompts  # noqa: E402
 from cheems.serving.engine import (EngineSettings, EngineStoppedError, EngineUnavailable,  # noqa: E402
-                                   QueueFullError, ScoringEngine)
+                                   QueueFullError, ScoringEngine, TOKEN_TYPECODE)
 from cheems.serving.serve_metrics import ServeMetrics  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
@@ -398,6 +398,7 @@ def test_encode_texts_tokenizes_as_given_and_refuses_or_cuts_long_texts(rm, requ
     assert len(full) > 16
     # a chat-formatted text is the same tokens as the row through the template
     assert ScoringEngine(rm).encode_texts([text], field="query") == [ScoringEngine(rm).encode_rows(requests[:1])[0][0]]
+    assert ScoringEngine(rm).encode_texts([text], field="query")[0].typecode == TOKEN_TYPECODE  # 4 bytes a token
     with pytest.raises(CheemsInputError) as err:
         ScoringEngine(short).encode_texts(["好", text], field="query")
     assert err.value.field == "query[1]" and "max length 16" in err.value.message and "--truncate" in str(err.value)
@@ -405,17 +406,18 @@ def test_encode_texts_tokenizes_as_given_and_refuses_or_cuts_long_texts(rm, requ
         ScoringEngine(short).encode_texts(["好", ""], field="input")
     assert err.value.field == "input[1]"
     cutting = ScoringEngine(short, EngineSettings(truncate=True))
-    assert cutting.encode_texts([text], field="query") == [full[-16:]]  # the end kept, as --truncation left
+    cut = cutting.encode_texts([text], field="query")
+    assert [s.tolist() for s in cut] == [full[-16:]]  # the end kept, as --truncation left
     assert cutting.metrics.truncated == 1
     right = ScoringEngine(dataclasses.replace(short, truncation="right"), EngineSettings(truncate=True))
-    assert right.encode_texts([text], field="query") == [full[:16]]
+    assert [s.tolist() for s in right.encode_texts([text], field="query")] == [full[:16]]
 
 
 def test_encode_rows_matches_cheems_score_encoding_and_names_long_rows(rm, requests):
     engine = ScoringEngine(rm)
     seqs, prompt_of, keys = engine.encode_rows(requests[:3] + requests[:1])
     items = [(p.prompt, r.content) for p in requests[:3] + requests[:1] for r in p.responses]
-    assert seqs == rm.encode_many(items)
+    assert [s.tolist() for s in seqs] == rm.encode_many(items)
     assert keys == [(p.id, r.id) for p in requests[:3] + requests[:1] for r in p.responses]
     n0 = len(requests[0].responses)
     assert prompt_of[:n0] == [0] * n0 and prompt_of[-n0:] == [0] * n0  # equal prompts share a prefix
@@ -425,7 +427,8 @@ def test_encode_rows_matches_cheems_score_encoding_and_names_long_rows(rm, reque
         ScoringEngine(short).encode_rows(requests[:2])
     assert err.value.field == "rows[0].responses[0]"
     cut, _, _ = ScoringEngine(short, EngineSettings(truncate=True)).encode_rows(requests[:2])
-    assert cut == short.encode_many([(p.prompt, r.content) for p in requests[:2] for r in p.responses])
+    expected = short.encode_many([(p.prompt, r.content) for p in requests[:2] for r in p.responses])
+    assert [s.tolist() for s in cut] == expected
 
 
 # ----------------------------------------------------------------------------- metrics text

@@ -1,5 +1,6 @@
-"""`cheems serve MODEL`: a reward model as an HTTP service (OpenRLHF's /get_reward, vLLM's /classify,
-cheems' /v1/score), concurrent requests gathered into shared forward batches."""
+"""`cheems serve MODEL`: a reward model as an HTTP service (OpenRLHF's /get_reward, vLLM's /classify and
+/pooling, SGLang's /classify and /v1/embeddings, LLaMA-Factory's /v1/score/evaluation, cheems' /v1/score),
+concurrent requests gathered into shared forward batches."""
 
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
     """Serve a reward model over HTTP until SIGTERM or Ctrl+C (requests in flight are answered first).
 
     POST /get_reward (OpenRLHF: chat-formatted texts, no special tokens added), POST /classify
-    (vLLM's pooling API, as verl calls it), POST /v1/score (cheems rows; the chat template applied
-    as `cheems score` applies it), GET /health, GET /metrics (Prometheus). A conversation longer
-    than --max-length is refused (422) unless --truncate is given. Prints one line when ready,
+    (vLLM's with input, as verl calls it; SGLang's with text), POST /pooling (vLLM), POST
+    /v1/embeddings (SGLang's, as verl calls it), POST /v1/score/evaluation (LLaMA-Factory), POST
+    /v1/score (cheems rows; the chat template applied as `cheems score` applies it), GET /health,
+    GET /metrics (Prometheus). A conversation longer than --max-length is refused (422) unless
+    --truncate is given. Prints one line when ready,
     then one access line per request (method, path, status, seconds; a refusal's reason) to
     stderr. On SIGTERM or Ctrl+C, /health answers 503 while the requests in flight are answered;
     Ctrl+C again stops at once."""

@@ -1,9 +1,11 @@
 """The reward server's web app: routes over a :class:`~cheems.serving.engine.ScoringEngine`.
 
-Routes (their bodies and replies: :mod:`cheems.serving.contracts`): ``POST /get_reward``
-(OpenRLHF), ``POST /classify`` (vLLM's pooling API, as verl calls it), ``POST /v1/score``
-(cheems rows, the chat template applied here), ``GET /health`` and ``GET /metrics`` (Prometheus
-text format 0.0.4).
+Routes (their bodies and replies: :mod:`cheems.serving.contracts` and
+:mod:`cheems.serving.inference_servers`): ``POST /get_reward`` (OpenRLHF), ``POST /classify``
+(vLLM's with ``input``, as verl calls it; SGLang's with ``text``), ``POST /pooling`` (vLLM),
+``POST /v1/embeddings`` (SGLang's OpenAI embeddings, as verl calls it), ``POST
+/v1/score/evaluation`` (LLaMA-Factory), ``POST /v1/score`` (cheems rows, the chat template
+applied here), ``GET /health`` and ``GET /metrics`` (Prometheus text format 0.0.4).
 
 What every request goes through, in order: the drain (503 once the server is stopping, but for
 ``/health`` and ``/metrics``), the bearer token when the server has one (401 otherwise;
@@ -47,22 +49,26 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 
 from cheems.records import CheemsInputError
-from cheems.serving.contracts import (REASON_HEADER, ContractError, classify_reply, error_body, get_reward_reply,
-                                      parse_classify, parse_get_reward, parse_json_body, parse_score_rows,
-                                      refusal_reason, score_reply)
+from cheems.serving.contracts import (REASON_HEADER, ContractError, decode_json_bytes, error_body, get_reward_reply,
+                                      parse_get_reward, parse_json_body, parse_score_rows, refusal_reason, score_reply)
 from cheems.serving.drain import Drain
 from cheems.serving.engine import EngineUnavailable, ScoringEngine
+from cheems.serving.inference_servers import (SGLANG, TextsRequest, embeddings_reply, parse_classify,
+                                              parse_embeddings, parse_pooling, parse_score_evaluation, pooling_reply,
+                                              score_evaluation_reply, sglang_classify_reply, vllm_classify_reply)
 from cheems.serving.serve_metrics import PROMETHEUS_CONTENT_TYPE
 from cheems.serving.settings import ServeSettings
 
-__all__ = ["ACCESS_LOG", "OPEN_ROUTES", "ROUTES", "create_app", "log_request"]
+__all__ = ["ACCESS_LOG", "OPEN_ROUTES", "PARSE_OFF_LOOP_BYTES", "ROUTES", "create_app", "log_request"]
 
 ACCESS_LOG = logging.getLogger("cheems.serving.access")
 _ERRORS = logging.getLogger("cheems.serving.errors")
-ROUTES = ("/get_reward", "/classify", "/v1/score", "/health", "/metrics")
+ROUTES = ("/get_reward", "/classify", "/pooling", "/v1/embeddings", "/v1/score/evaluation", "/v1/score", "/health",
+          "/metrics")
 """The paths the metrics count by name; any other path is counted as ``other``."""
 OPEN_ROUTES = frozenset({"/health"})  # answered without the bearer token (probes)
 WHILE_STOPPING = frozenset({"/health", "/metrics"})  # answered during the drain; any other path: 503
+PARSE_OFF_LOOP_BYTES = 1 << 20  # a larger body is decoded and parsed off the event loop
 STOPPING = "the server is stopping; send the request again once it is back, or to another server"
 
 
@@ -94,26 +100,8 @@ def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: st
     app = FastAPI(title="cheems serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.drain = drain
 
-    @app.post("/get_reward")
-    async def get_reward(request: Request):
-        queries = parse_get_reward(await _json(request, settings), settings)
-        seqs = await off_loop(engine.encode_texts, queries, field="query")
-        return JSONResponse(get_reward_reply(await engine.score(seqs)))
-
-    @app.post("/classify")
-    async def classify(request: Request):
-        asked = parse_classify(await _json(request, settings), settings)
-        seqs = await off_loop(engine.encode_texts, asked.texts, field="input",
-                              add_special_tokens=asked.add_special_tokens)
-        scores = await engine.score(seqs)
-        activation = classify_activation if asked.activation is None else asked.activation
-        return JSONResponse(classify_reply(scores, sum(map(len, seqs)), model=model_name, activation=activation))
-
-    @app.post("/v1/score")
-    async def score(request: Request):
-        prompts = parse_score_rows(await _json(request, settings), settings)
-        seqs, prompt_of, keys = await off_loop(engine.encode_rows, prompts, field="rows")
-        return JSONResponse(score_reply(keys, await engine.score(seqs, prompt_of)))
+    _add_scoring_routes(app, engine, settings, off_loop, model_name=model_name,
+                        classify_activation=classify_activation)
 
     @app.get("/health")
     async def health():
@@ -130,6 +118,61 @@ def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: st
     app.add_middleware(_Boundary, metrics=engine.metrics, drain=drain, api_key=api_key,
                        log_requests=settings.log_requests)
     return app
+
+
+def _add_scoring_routes(app: FastAPI, engine: ScoringEngine, settings: ServeSettings, off_loop, *, model_name: str,
+                        classify_activation: bool) -> None:
+    """The POST routes: each reads its body, checks it with its contract, scores its texts on
+    the engine (tokenized by ``off_loop``, the app's worker thread) and replies in its shape."""
+    async def read(request: Request) -> dict:
+        return await _json(request, settings, off_loop)
+
+    async def scored(asked: TextsRequest) -> tuple[list[float], list[int]]:
+        """The scores of a checked request's texts, and each text's token count."""
+        seqs = await off_loop(engine.encode_texts, asked.texts, field=asked.field,
+                              add_special_tokens=asked.add_special_tokens, max_tokens=asked.max_tokens)
+        return await engine.score(seqs), [len(s) for s in seqs]
+
+    def activated(asked: TextsRequest) -> bool:
+        return classify_activation if asked.activation is None else asked.activation
+
+    @app.post("/get_reward")
+    async def get_reward(request: Request):
+        queries = parse_get_reward(await read(request), settings)
+        scores, _ = await scored(TextsRequest(queries, "query", add_special_tokens=False))
+        return JSONResponse(get_reward_reply(scores))
+
+    @app.post("/classify")
+    async def classify(request: Request):
+        server, asked = parse_classify(await read(request), settings)
+        scores, lengths = await scored(asked)
+        if server == SGLANG:
+            return JSONResponse(sglang_classify_reply(scores, lengths, single=asked.single))
+        return JSONResponse(vllm_classify_reply(scores, sum(lengths), model=model_name, activation=activated(asked)))
+
+    @app.post("/pooling")
+    async def pooling(request: Request):
+        asked = parse_pooling(await read(request), settings)
+        scores, lengths = await scored(asked)
+        return JSONResponse(pooling_reply(scores, sum(lengths), model=model_name, activation=activated(asked)))
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request):
+        asked = parse_embeddings(await read(request), settings)
+        scores, lengths = await scored(asked)
+        return JSONResponse(embeddings_reply(scores, sum(lengths), model=model_name))
+
+    @app.post("/v1/score/evaluation")
+    async def score_evaluation(request: Request):
+        asked = parse_score_evaluation(await read(request), settings)
+        scores, _ = await scored(asked)
+        return JSONResponse(score_evaluation_reply(scores, model=asked.model or model_name))
+
+    @app.post("/v1/score")
+    async def score(request: Request):
+        prompts = parse_score_rows(await read(request), settings)
+        seqs, prompt_of, keys = await off_loop(engine.encode_rows, prompts, field="rows")
+        return JSONResponse(score_reply(keys, await engine.score(seqs, prompt_of)))
 
 
 def _add_error_replies(app: FastAPI) -> None:
@@ -149,8 +192,8 @@ def _add_error_replies(app: FastAPI) -> None:
     @app.exception_handler(HTTPException)
     async def http(request, e: HTTPException):  # 404 unknown path, 405 wrong method
         if e.status_code == 404:
-            return _refusal(404, "no such route; the routes are POST /get_reward, POST /classify, POST /v1/score, "
-                            "GET /health and GET /metrics", "path")
+            return _refusal(404, "no such route; the routes are POST " + ", POST ".join(ROUTES[:-2]) + ", GET "
+                            + " and GET ".join(ROUTES[-2:]), "path")
         if e.status_code == 405:
             return _refusal(405, f"{request.method} is not taken here (allowed: {(e.headers or {}).get('Allow')})",
                             "method", e.headers)
@@ -162,21 +205,33 @@ def _refusal(status: int, message: str, field: str | None = None, headers: dict 
                         headers={**(headers or {}), REASON_HEADER: refusal_reason(message, field)})
 
 
-async def _json(request, settings: ServeSettings) -> dict:
+async def _json(request, settings: ServeSettings, off_loop) -> dict:
     """The body as a JSON object, refused past ``max_body_bytes`` (the declared length first,
-    then as it streams in, for a body sent without one)."""
+    then as it streams in, for a body sent without one). Memory: the chunks are copied into one
+    buffer as they come, decoded to text once, the buffer let go, then parsed; a body over
+    ``PARSE_OFF_LOOP_BYTES`` is decoded and parsed on the worker thread, so the event loop keeps
+    answering meanwhile."""
     limit = settings.max_body_bytes
     too_large = ContractError(413, f"larger than {limit} bytes (--max-body-bytes)", "body")
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         raise too_large
-    chunks, size = [], 0
+    body = bytearray()  # grown as the bytes come (a large block grows in place), never sized ahead of them
     async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             raise too_large
-        chunks.append(chunk)
-    return parse_json_body(b"".join(chunks))
+        body += chunk
+    if len(body) <= PARSE_OFF_LOOP_BYTES:
+        return parse_json_body(body)
+    holder = [body]
+    del body  # the worker thread lets go of the bytes once they are text
+    return await off_loop(_parse_owned, holder)
+
+
+def _parse_owned(holder: list) -> dict:
+    """Parse the one body in ``holder``, letting go of its bytes once they are text."""
+    text = decode_json_bytes(holder.pop())
+    return parse_json_body(text)
 
 
 class _Boundary:

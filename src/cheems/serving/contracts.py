@@ -3,32 +3,22 @@
 Every check is made here, once, before anything reaches the model; a body that breaks one
 raises :class:`ContractError` (HTTP status, message, the field at fault), which the app answers
 as ``{"error": {"message", "field"}}``: 413 for too large or too many, 422 for the wrong shape.
+This module holds what every route shares (the body, the refusal, the checks of texts and
+flags) and cheems' own routes; the routes of other inference servers (vLLM, SGLang,
+LLaMA-Factory) are :mod:`cheems.serving.inference_servers`.
 
-``POST /get_reward`` — OpenRLHF's remote reward model (``--remote_rm_url``; its reference server
-is ``openrlhf/cli/serve_rm.py``, and its client reads the key ``rewards``). Request
-``{"query": [text, ...], "prompts": [text, ...]?, "labels": [...]?}``: each query is the whole
-conversation with the chat template already applied (EOS included), tokenized as given with no
-special tokens added, the reward read at its last token. ``prompts`` and ``labels`` are checked
-to be lists and otherwise unused. Reply ``{"rewards": [...], "scores": [...], "extra_logs": {}}``,
-``rewards`` equal to ``scores``.
-
-``POST /classify`` — vLLM's pooling API, as verl's reward loop calls it for a discriminative
-reward model. vLLM's request (``ClassificationCompletionRequest`` in
-``vllm/entrypoints/pooling/classify/protocol.py``, fields from ``pooling/base/protocol.py``):
-``model`` (text, optional), ``input`` (a text or a list of texts; vLLM also takes token ids,
-refused here), ``add_special_tokens`` (default **true**: "special tokens (e.g. BOS) will be
-added to the prompt"), ``use_activation`` (default None: the pooler's activation), called
-``activation`` before vLLM 0.11.2; ``truncate_prompt_tokens``, ``user``, ``priority`` and
-``request_id`` are accepted and not used (over-long inputs follow the server's ``--truncate``).
-vLLM's classification activation for a one-label model (``PoolerClassify`` in
-``vllm/model_executor/layers/pooler/activations.py``) is the sigmoid, or the identity when the
-model's config says ``problem_type: "regression"``; ``activation: false`` gives the raw score.
-verl (``verl/experimental/reward_loop/reward_loop.py``, ``compute_score_disrm``) renders the
-conversation with the reward model's chat template, strips a leading BOS text because vLLM adds
-special tokens, posts ``{"model", "input": text, "activation": false}`` and reads
-``data[-1].probs[-1]``. Reply ``{"id": "classify-…", "object": "list", "created", "model",
-"data": [{"index", "label", "probs": [score], "num_classes": 1}], "usage": {"prompt_tokens",
-"total_tokens", "completion_tokens": 0, "prompt_tokens_details": null}}``.
+``POST /get_reward`` — OpenRLHF's remote reward model (``--remote_rm_url``, ``--reward.remote_url``
+since 0.10.2; its reference server is ``openrlhf/cli/serve_rm.py``). Request ``{"query": [text,
+...], "prompts": [text, ...]?, "labels": [...]?}``: each query is the whole conversation with the
+chat template already applied (EOS included), tokenized as given with no special tokens added,
+the reward read at its last token. ``prompts`` and ``labels`` are checked to be lists and
+otherwise unused. Reply ``{"rewards": [...], "scores": [...], "extra_logs": {}}``, ``rewards``
+equal to ``scores``: v0.8.0 to v0.8.4 read ``rewards`` (``request_api_wrapper(...,
+score_key="rewards")``), v0.8.5 to v0.9.0 ``rewards``, ``scores`` when present and every key of
+``extra_logs``, v0.9.1 on ``scores`` (else ``rewards``) and ``extra_logs``. v0.8 to v0.9.0 post
+the whole rollout batch in one request (``requests.post(json=...)``); v0.9.1 on post one sample
+per request (aiohttp), and with several URLs the servers past the first get empty lists, which
+are answered with empty lists.
 
 ``POST /v1/score`` — cheems' own: ``{"rows": [row, ...]}``, each row one prompt with its
 responses in any format :func:`cheems.formats.parse_row` reads (a cheems row: ``id``?,
@@ -47,19 +37,15 @@ layer puts it after the status line's standard phrase (:mod:`cheems.serving.conn
 from __future__ import annotations
 
 import json
-import math
 import re
-import time
-import uuid
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 from cheems.records import CheemsInputError, Prompt, PromptText
 from cheems.serving.settings import ServeSettings
 
-__all__ = ["REASON_HEADER", "ClassifyRequest", "ContractError", "classify_reply", "error_body", "get_reward_reply",
-           "lone_surrogate", "parse_classify", "parse_get_reward", "parse_json_body", "parse_score_rows",
-           "refusal_reason", "score_reply"]
+__all__ = ["REASON_HEADER", "ContractError", "checked_texts", "decode_json_bytes", "error_body", "get_reward_reply",
+           "json_type", "lone_surrogate", "optional_bool", "optional_text", "parse_get_reward", "parse_json_body",
+           "parse_score_rows", "refusal_reason", "score_reply"]
 
 REASON_HEADER = "x-cheems-error"
 """The response header holding a refusal's reason (:func:`refusal_reason`)."""
@@ -92,15 +78,18 @@ def refusal_reason(message: str, field: str | None = None) -> str:
     return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
 
 
-def parse_json_body(raw: bytes) -> dict:
+def parse_json_body(raw: bytes | bytearray | str) -> dict:
     """The request body as a JSON object (422 naming ``body`` otherwise); a lone surrogate
-    anywhere in it is refused (422) naming its field (:func:`lone_surrogate`)."""
+    anywhere in it is refused (422) naming its field (:func:`lone_surrogate`). Bytes are
+    decoded first (:func:`decode_json_bytes`); a caller holding a large body decodes it itself
+    and lets go of the bytes before parsing, so that the body is held twice at most."""
+    text = decode_json_bytes(raw) if isinstance(raw, (bytes, bytearray)) else raw
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        body = json.loads(text)
+    except (ValueError, RecursionError) as e:
         raise ContractError(422, f"not valid JSON ({str(e).splitlines()[0][:200]})", "body") from None
     if not isinstance(body, dict):
-        raise ContractError(422, f"must be a JSON object, got {_json_type(body)}", "body")
+        raise ContractError(422, f"must be a JSON object, got {json_type(body)}", "body")
     found = lone_surrogate(body)
     if found is not None:
         field, what = found
@@ -109,26 +98,53 @@ def parse_json_body(raw: bytes) -> dict:
     return body
 
 
+def decode_json_bytes(raw: bytes | bytearray) -> str:
+    """A body's bytes as text, the way :func:`json.loads` decodes bytes (UTF-8, or the UTF-16 or
+    UTF-32 its first bytes show); bytes that are not that encoding: 422 naming ``body``."""
+    try:
+        return raw.decode(json.detect_encoding(raw), "surrogatepass")
+    except UnicodeDecodeError as e:
+        raise ContractError(422, f"not valid JSON ({str(e)[:200]})", "body") from None
+
+
 def lone_surrogate(body: dict) -> tuple[str, str] | None:
     """Where the parsed JSON ``body`` first holds a lone UTF-16 surrogate, in document order:
     (the field, as ``query[0]`` or ``rows[1].prompt`` (``body`` for a key of the body itself);
-    what is there). None when every text and key is Unicode. An explicit stack, so a deep body
-    cannot overflow Python's recursion limit."""
-    stack: list[tuple[str, Any]] = [("", body)]
+    what is there). None when every text and key is Unicode. An explicit stack of iterators,
+    so a deep body cannot overflow Python's recursion limit, and a field's name is written only
+    for the containers descended into and the text found: a list of millions of numbers or
+    texts costs no memory of its own."""
+    bad_key = next((k for k in body if _SURROGATE.search(k)), None)
+    if bad_key is not None:
+        return "body", f"a key holds a lone surrogate ({_escaped(bad_key)})"
+    stack: list[tuple[str, Any]] = [("", iter(body.items()))]
     while stack:
-        field, value = stack.pop()
+        field, items = stack[-1]
+        step = next(items, None)
+        if step is None:
+            stack.pop()
+            continue
+        key, value = step
         if isinstance(value, str):
             found = _SURROGATE.search(value)
             if found:
-                return field, f"holds a lone surrogate ({_escaped(found.group())} at character {found.start()})"
+                return _child(field, key), (f"holds a lone surrogate ({_escaped(found.group())} at character "
+                                            f"{found.start()})")
         elif isinstance(value, list):
-            stack.extend((f"{field}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+            stack.append((_child(field, key), enumerate(value)))
         elif isinstance(value, dict):
-            for key in value:
-                if _SURROGATE.search(key):
-                    return field or "body", f"a key holds a lone surrogate ({_escaped(key)})"
-            stack.extend((f"{field}.{key}" if field else key, item) for key, item in reversed(value.items()))
+            child = _child(field, key)
+            bad_key = next((k for k in value if _SURROGATE.search(k)), None)
+            if bad_key is not None:
+                return child, f"a key holds a lone surrogate ({_escaped(bad_key)})"
+            stack.append((child, iter(value.items())))
     return None
+
+
+def _child(field: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{field}[{key}]"
+    return f"{field}.{key}" if field else key
 
 
 def _escaped(text: str) -> str:
@@ -138,63 +154,19 @@ def _escaped(text: str) -> str:
 # ----------------------------------------------------------------------------- /get_reward
 
 def parse_get_reward(body: dict, limits: ServeSettings) -> list[str]:
-    """The queries of a ``/get_reward`` body (see the module docs)."""
-    queries = _texts(body.get("query"), "query", limits, allow_single=False)
+    """The queries of a ``/get_reward`` body (see the module docs); an empty list is answered
+    with empty lists (OpenRLHF sends one to each server past the first it has queries for)."""
+    queries = checked_texts(body.get("query"), "query", limits, allow_single=False, allow_empty=True)
     for name in ("prompts", "labels"):
         value = body.get(name)
         if value is not None and not isinstance(value, list):
-            raise ContractError(422, f"must be a list, got {_json_type(value)}", name)
+            raise ContractError(422, f"must be a list, got {json_type(value)}", name)
     return queries
 
 
 def get_reward_reply(scores: Sequence[float]) -> dict:
     scores = list(scores)
     return {"rewards": scores, "scores": scores, "extra_logs": {}}
-
-
-# ----------------------------------------------------------------------------- /classify
-
-@dataclass(frozen=True)
-class ClassifyRequest:
-    """A checked ``/classify`` body: the texts, the model named (unused: one model is served),
-    the activation asked for (None: the model's default) and whether to add special tokens."""
-
-    texts: list[str]
-    model: str | None
-    activation: bool | None
-    add_special_tokens: bool
-
-
-def parse_classify(body: dict, limits: ServeSettings) -> ClassifyRequest:
-    """A ``/classify`` body (see the module docs)."""
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise ContractError(422, f"must be a text, got {_json_type(model)}", "model")
-    texts = _texts(body.get("input"), "input", limits, allow_single=True)
-    activation = _optional_bool(body, "use_activation")
-    legacy = _optional_bool(body, "activation")
-    if activation is not None and legacy is not None and activation != legacy:
-        raise ContractError(422, "contradicts use_activation; give one of them", "activation")
-    add_special = _optional_bool(body, "add_special_tokens")
-    return ClassifyRequest(texts, model, activation if activation is not None else legacy,
-                           True if add_special is None else add_special)
-
-
-def classify_reply(scores: Sequence[float], prompt_tokens: int, *, model: str, activation: bool) -> dict:
-    """vLLM's classification reply for a one-label model: ``probs`` holds the score, through the
-    sigmoid when ``activation``."""
-    data = [{"index": i, "label": "LABEL_0", "probs": [_sigmoid(s) if activation else s], "num_classes": 1}
-            for i, s in enumerate(scores)]
-    return {"id": f"classify-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "model": model,
-            "data": data, "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens,
-                                    "completion_tokens": 0, "prompt_tokens_details": None}}
-
-
-def _sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)  # no overflow for very negative x
-    return e / (1.0 + e)
 
 
 # ----------------------------------------------------------------------------- /v1/score
@@ -208,7 +180,7 @@ def parse_score_rows(body: dict, limits: ServeSettings) -> list[Prompt]:
     if rows is None:
         raise ContractError(422, "missing: give a list of rows, each a prompt with its responses", "rows")
     if not isinstance(rows, list):
-        raise ContractError(422, f"must be a list of rows, got {_json_type(rows)}", "rows")
+        raise ContractError(422, f"must be a list of rows, got {json_type(rows)}", "rows")
     if not rows:
         raise ContractError(422, "empty: give at least one row", "rows")
     prompts, responses = [], 0
@@ -245,16 +217,19 @@ def score_reply(keys: Sequence[tuple[str, str]], scores: Sequence[float]) -> dic
 
 # ----------------------------------------------------------------------------- shared checks
 
-def _texts(value: Any, name: str, limits: ServeSettings, *, allow_single: bool) -> list[str]:
-    """A non-empty list of texts (or one text, where ``allow_single``), within the limits."""
+def checked_texts(value: Any, name: str, limits: ServeSettings, *, allow_single: bool,
+                  allow_empty: bool = False) -> list[str]:
+    """A list of texts (or one text, where ``allow_single``; empty only where ``allow_empty``),
+    within the limits: too many or too long is 413, anything else not a text 422, naming
+    ``name`` or ``name[i]``."""
     shape = "a text or a list of texts" if allow_single else "a list of texts"
     if value is None:
         raise ContractError(422, f"missing: give {shape}", name)
     if allow_single and isinstance(value, str):
         value = [value]
     if not isinstance(value, list):
-        raise ContractError(422, f"must be {shape}, got {_json_type(value)}", name)
-    if not value:
+        raise ContractError(422, f"must be {shape}, got {json_type(value)}", name)
+    if not value and not allow_empty:
         raise ContractError(422, "empty: give at least one text", name)
     if len(value) > limits.max_queries:
         raise ContractError(413, f"{len(value)} texts, more than {limits.max_queries} in one request "
@@ -262,21 +237,30 @@ def _texts(value: Any, name: str, limits: ServeSettings, *, allow_single: bool) 
     for i, text in enumerate(value):
         if not isinstance(text, str):
             hint = " (token ids are not taken: send the text)" if isinstance(text, int) else ""
-            raise ContractError(422, f"must be a text, got {_json_type(text)}{hint}", f"{name}[{i}]")
+            raise ContractError(422, f"must be a text, got {json_type(text)}{hint}", f"{name}[{i}]")
         if len(text) > limits.max_query_chars:
             raise ContractError(413, f"{len(text)} characters, more than {limits.max_query_chars} "
                                 "(--max-query-chars)", f"{name}[{i}]")
     return value
 
 
-def _optional_bool(body: dict, name: str) -> bool | None:
+def optional_text(body: dict, name: str) -> str | None:
+    """``body[name]``: a text, or None when absent (422 naming it otherwise)."""
     value = body.get(name)
-    if value is not None and not isinstance(value, bool):
-        raise ContractError(422, f"must be true or false, got {_json_type(value)}", name)
+    if value is not None and not isinstance(value, str):
+        raise ContractError(422, f"must be a text, got {json_type(value)}", name)
     return value
 
 
-def _json_type(value: Any) -> str:
+def optional_bool(body: dict, name: str) -> bool | None:
+    """``body[name]``: true or false, or None when absent (422 naming it otherwise)."""
+    value = body.get(name)
+    if value is not None and not isinstance(value, bool):
+        raise ContractError(422, f"must be true or false, got {json_type(value)}", name)
+    return value
+
+
+def json_type(value: Any) -> str:
     """The JSON name of a parsed value's type, for messages."""
     if value is None:
         return "null"

@@ -10,6 +10,11 @@ scores them with :func:`cheems.scoring.transformers_rm.scored_batches` (packed r
 batches, as the model was loaded) in one worker thread, so the event loop keeps accepting
 requests while the model runs. Requests that arrive meanwhile form the next batch.
 
+Memory: a queued sequence is a 32-bit array of its token ids (4 bytes a token), turned into a
+list only for the forward batch that takes it, so what waits is bounded by ``max_queue``
+sequences of at most the model's max length, at 4 bytes a token; texts are tokenized
+``ENCODE_CHUNK`` at a time, so the tokenizer's own per-token records exist for one chunk only.
+
 Batch invariance: a sequence's score does not depend on its batch. In a packed row each
 sequence attends to its own positions only; a padded batch reads each row's last real token.
 A prefix is shared only between sequences of one request with the same ``prompt_of`` (the
@@ -26,6 +31,7 @@ import itertools
 import sys
 import threading
 import time
+from array import array
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,7 +42,14 @@ from cheems.records import CheemsInputError, Prompt, prompt_key
 from cheems.serving.serve_metrics import ServeMetrics
 from cheems.settings import check_settings, setting
 
-__all__ = ["EngineSettings", "EngineStoppedError", "EngineUnavailable", "QueueFullError", "ScoringEngine"]
+__all__ = ["ENCODE_CHUNK", "TOKEN_TYPECODE", "EngineSettings", "EngineStoppedError", "EngineUnavailable",
+           "QueueFullError", "ScoringEngine"]
+
+ENCODE_CHUNK = 256
+"""Texts tokenized at a time by :meth:`ScoringEngine.encode_texts`."""
+TOKEN_TYPECODE = "i"
+"""A queued sequence's token ids: a 32-bit :class:`array.array` (4 bytes a token, where a
+list of Python ints costs about 36), turned into a list only for its forward batch."""
 
 
 @dataclass(frozen=True)
@@ -49,8 +62,8 @@ class EngineSettings:
     token_budget: int | str | None = setting(None, min=1, words=("auto",), default_text="1024 on CPU, 16384 on CUDA",
                                              help="Most tokens in one forward batch (packed row, or padded); auto: "
                                              "the largest batch that fits the GPU, probed at start")
-    max_queue: int = setting(4096, min=1, help="Most sequences waiting to be scored; a request beyond it is "
-                             "refused (503, queue full)")
+    max_queue: int = setting(32768, min=1, help="Most sequences waiting to be scored (twice --max-queries: "
+                             "two whole rollout batches); a request beyond it is refused (503, queue full)")
     truncate: bool = setting(False, help="Cut sequences longer than the model's --max-length (the side "
                              "--truncation names) instead of refusing the request")
 
@@ -79,7 +92,7 @@ class _Request:
     """One call of :meth:`ScoringEngine.score`: its sequences, their share groups (unique to
     the request), the future its caller awaits, and how far it got."""
 
-    seqs: list[list[int]]
+    seqs: list[array]  # token ids, TOKEN_TYPECODE
     groups: list[tuple[int, int]]  # (request serial, prompt index): never equal across requests
     future: asyncio.Future
     arrived: float  # loop time
@@ -120,15 +133,23 @@ class ScoringEngine:
         self._tokenizer_lock = threading.Lock()  # encoding may run on several threads at once
 
     # ------------------------------------------------------------------ encoding
-    def encode_texts(self, texts: Sequence[str], *, field: str, add_special_tokens: bool = False) -> list[list[int]]:
+    def encode_texts(self, texts: Sequence[str], *, field: str, add_special_tokens: bool = False,
+                     max_tokens: int | None = None) -> list[array]:
         """Token ids of ``texts`` tokenized as given (a chat template already applied by the
         client): no special tokens added unless ``add_special_tokens``. A text of no tokens, or
         over the model's ``max_length`` (unless the ``truncate`` setting cuts it on the
-        ``truncation`` side), is refused with a :class:`CheemsInputError` naming ``field[i]``.
+        ``truncation`` side), is refused with a :class:`CheemsInputError` naming ``field[i]``;
+        ``max_tokens`` (the client's own limit) cuts a longer text to that many tokens on the
+        ``truncation`` side whatever the setting. The texts are tokenized ``ENCODE_CHUNK`` at a
+        time (the tokenizer's per-token records live for one chunk) and kept as 32-bit arrays.
         Both encoders may be called from any thread (the tokenizer is used by one at a time)."""
-        with self._tokenizer_lock:
-            ids = self.rm.tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
-        return [self._within_length(list(s), f"{field}[{i}]") for i, s in enumerate(ids)]
+        encoded: list[array] = []
+        for start in range(0, len(texts), ENCODE_CHUNK):
+            with self._tokenizer_lock:
+                ids = self.rm.tokenizer(list(texts[start:start + ENCODE_CHUNK]),
+                                        add_special_tokens=add_special_tokens)["input_ids"]
+            encoded.extend(self._within_length(s, f"{field}[{start + i}]", max_tokens) for i, s in enumerate(ids))
+        return encoded
 
     def encode_rows(self, prompts: Sequence[Prompt], *, field: str = "rows"
                     ) -> tuple[list[list[int]], list[int], list[tuple[str, str]]]:
@@ -154,18 +175,21 @@ class ScoringEngine:
                                            truncation=self.rm.truncation, stats=EncodeStats())
         return [self._within_length(s, w) for s, w in zip(encoded, where)], prompt_of, keys
 
-    def _within_length(self, ids: list[int], where: str) -> list[int]:
-        """``ids``, refused when empty or too long, or cut when the settings say so."""
+    def _within_length(self, ids: Sequence[int], where: str, max_tokens: int | None = None) -> array:
+        """``ids`` as a 32-bit array, refused when empty or too long, or cut when the settings (or
+        the client's ``max_tokens``) say so."""
         limit = self.rm.max_length
         if not ids:
             raise CheemsInputError("no tokens: nothing to read a reward at", field=where)
-        if len(ids) <= limit:
-            return ids
-        if not self.settings.truncate:
+        if max_tokens is not None and len(ids) > min(max_tokens, limit):
+            limit = min(max_tokens, limit)
+        elif len(ids) <= limit:
+            return array(TOKEN_TYPECODE, ids)
+        elif not self.settings.truncate:
             raise CheemsInputError(f"{len(ids)} tokens, more than the model's max length {limit}; shorten it, "
                                    "or start the server with --truncate", field=where)
         self.metrics.count_truncated(1)
-        return ids[-limit:] if self.rm.truncation == "left" else ids[:limit]
+        return array(TOKEN_TYPECODE, ids[-limit:] if self.rm.truncation == "left" else ids[:limit])
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -217,7 +241,7 @@ class ScoringEngine:
         alone). Raises :class:`QueueFullError` or :class:`EngineStoppedError` when the request
         cannot be queued, :class:`CheemsInputError` for sequences the model cannot take. A
         caller that is cancelled leaves the batch intact; its scores are dropped."""
-        seqs = [list(s) for s in seqs]
+        seqs = [s if isinstance(s, array) else array(TOKEN_TYPECODE, s) for s in seqs]
         self._check_request(seqs, prompt_of)
         if not seqs:
             return []
@@ -234,7 +258,7 @@ class ScoringEngine:
             self._drop(request)
             raise
 
-    def _check_request(self, seqs: list[list[int]], prompt_of: Sequence[int] | None) -> None:
+    def _check_request(self, seqs: list[array], prompt_of: Sequence[int] | None) -> None:
         if not self.running:
             raise EngineStoppedError("the server is shutting down" if self._closing else "the engine is not running")
         if prompt_of is not None and len(prompt_of) != len(seqs):
@@ -325,7 +349,7 @@ class ScoringEngine:
 
     async def _run_batch(self, taken: list[tuple[_Request, int]]) -> None:
         """Score ``taken`` in the worker thread and hand each request its scores."""
-        seqs = [r.seqs[i] for r, i in taken]
+        seqs = [r.seqs[i].tolist() for r, i in taken]  # lists for the model: one batch's worth at a time
         ids: dict[tuple[int, int], int] = {}
         prompt_of = [ids.setdefault(r.groups[i], len(ids)) for r, i in taken]
         loop = asyncio.get_running_loop()

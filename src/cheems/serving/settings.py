@@ -30,12 +30,13 @@ class ServeSettings:
     api_key_file: str | os.PathLike | None = setting(None, default_text="none: no token asked",
                                                      help="File holding the token every request must send "
                                                           "as 'Authorization: Bearer TOKEN' (/health aside)")
-    max_body_bytes: int = setting(16 << 20, min=1, help="Largest request body, in bytes (larger: 413)")
+    max_body_bytes: int = setting(256 << 20, min=1, help="Largest request body, in bytes (larger: 413): room "
+                                  "for a whole rollout batch of --max-queries long texts as json.dumps escapes them")
     max_header_bytes: int = setting(64 << 10, min=1024, help="Largest request head (request line and headers), "
                                     "in bytes (larger: 431, and the connection is closed)")
     header_timeout_s: float = setting(10.0, gt=0, help="Seconds a client has to send a request's head from the "
                                       "first byte (or from connecting); slower: 408, and the connection is closed")
-    max_queries: int = setting(1024, min=1, help="Most texts (queries, inputs or responses) in one request "
+    max_queries: int = setting(16384, min=1, help="Most texts (queries, inputs or responses) in one request "
                                "(more: 413)")
     max_query_chars: int = setting(200_000, min=1, help="Longest text in a request, in characters (longer: 413)")
     served_model_name: str | None = setting(None, default_text="the model folder's name",
