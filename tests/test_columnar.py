@@ -18,10 +18,10 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 import cheems.benchmark
-import cheems.formats.columnar
+import cheems.formats.columnar_sums
 from cheems.benchmark import LazyPrompts, rank_annotations
 from cheems.formats import NotPlain, read_prompts
-from cheems.formats.columnar import columnar_stats
+from cheems.formats.columnar_sums import columnar_stats
 from cheems.formats.columnar_rank import rank_columns
 from cheems.metrics import dataset_stats
 from tests.conftest import run_cli_in, write_jsonl_rows
@@ -252,15 +252,21 @@ def test_sample_annotations(sample_annotations, tmp_path):
 
 
 def test_rows_the_columnar_path_leaves_to_the_general_readers(tmp_path):
-    """Rows of one prompt to join, a row without comparisons, annotations, another format, a CSV name:
-    None, nothing written."""
+    """Rows of one prompt to join, annotations, another format: ranked as the object path ranks
+    them, those rows read by the general readers; a row without comparisons and a pair (a rank,
+    no comparison), both errors, and a CSV name: None, nothing written."""
     row = {"id": "p", "prompt": "q", "responses": [{"id": "a", "content": "1"}, {"id": "b", "content": "2"}],
            "comparisons": [{"a": "a", "b": "b", "label": "g"}]}
-    cases = {"repeat.jsonl": [row, row], "none.jsonl": [{**row, "comparisons": []}],
-             "annotations.jsonl": [{**row, "annotations": []}], "pair.jsonl": [{"prompt": "q", "chosen": "a", "rejected": "b"}]}
+    cases = {"repeat.jsonl": [row, row], "annotations.jsonl": [{**row, "annotations": []}],
+             "pairwise.jsonl": [{"input": "q", "answer1": "a", "answer2": "b", "preference": 2}]}
     for name, rows in cases.items():
+        (tmp_path / name).mkdir()
+        path = write_jsonl_rows(tmp_path / name / name, rows)
+        assert check_rank([path], tmp_path / name, keep_comparisons=True), name
+    for name, rows in {"none.jsonl": [{**row, "comparisons": []}],
+                       "pair.jsonl": [{"prompt": "q", "chosen": "a", "rejected": "b"}]}.items():
         path = write_jsonl_rows(tmp_path / name, rows)
-        assert rank_columns([path], tmp_path / "out.jsonl") is None, name
+        assert rank_columns([path], tmp_path / "out.jsonl") is None
         assert not (tmp_path / "out.jsonl").exists()
     assert columnar_stats(write_jsonl_rows(tmp_path / "rows.csv", [row])) is None
 
@@ -276,7 +282,7 @@ def test_bad_rows_give_the_error_of_the_object_path(files, command):
         args = [command, *paths, *(["-o", tmp / "out.jsonl"] if command == "rank" else [])]
         with_columns = run_cli_in(tmp, *args)
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(cheems.formats.columnar, "columnar_stats", lambda *a, **k: None)
+            mp.setattr(cheems.formats.columnar_sums, "columnar_stats", lambda *a, **k: None)
             mp.setattr(cheems.benchmark, "_rank_plain", _object_path_only)
             reference = run_cli_in(tmp, *args)
         assert (with_columns.returncode, with_columns.stdout, with_columns.stderr) == \

@@ -203,18 +203,36 @@ CASES = ["extra key", "model", "annotator", "rank given", "input for prompt", "m
          "comparison not an object", "unhashable id", "unhashable label"]
 
 
-COLUMNAR_CASES = {"extra key", "model", "annotator", "rank given", "messages", "triples"}
-"""Rows beyond the plain ones that the columnar reader (cheems.formats.columnar) takes too."""
+COLUMNAR_CASES = {"extra key", "model", "annotator", "rank given", "messages", "triples", "no comparisons"}
+"""Rows beyond the plain ones that the columnar reader (cheems.formats.columnar) takes as they are
+(a row without comparisons is skipped there); the others are read by the general readers, one
+row at a time."""
 
 
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("skip_invalid", [False, True])
 def test_other_input_takes_the_general_path(tmp_path, case, skip_invalid):
+    """Every case: the output, report and skipped rows of the general path, or its error; each
+    case the general path does not refuse takes the fast path, the rows of the case (and no
+    other) read by the general readers where the columnar reader does not take them."""
+    import cheems.formats.columnar_input as columnar_input
+
+    read = []
+    real = columnar_input.parse_row_as
+
+    def counted(obj, fmt=None):
+        read.append(obj)
+        return real(obj, fmt)
+
     path = write_jsonl_rows(tmp_path / "ann.jsonl", _mutate(case, plain_rows_for_cases()))
-    fast, general = rank_both([path], tmp_path, skip_invalid=skip_invalid)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(columnar_input, "parse_row_as", counted)
+        fast, general = rank_both([path], tmp_path, skip_invalid=skip_invalid)
     assert fast[1:] == general[1:]  # the same output, report and skipped rows, or the same error
     if not isinstance(fast[0], str):
-        assert isinstance(fast[0].prompts, LazyPrompts) == (case in COLUMNAR_CASES)
+        assert isinstance(fast[0].prompts, LazyPrompts)
+        assert (not read) == (case in COLUMNAR_CASES)
+        assert not any(isinstance(obj, dict) and obj.get("id") == "p1" for obj in read)  # p1 stays columnar
         assert list(fast[0].prompts) == general[0].prompts
         assert [str(e) for e in fast[0].errors] == [str(e) for e in general[0].errors]
 
@@ -233,9 +251,14 @@ def test_a_later_file_that_is_not_plain_writes_nothing_twice(tmp_path):
     row["input"] = row.pop("prompt")  # read (converted) by the general readers only
     second = write_jsonl_rows(tmp_path / "b.jsonl", [row])
     fast, general = rank_both([first, second], tmp_path)
-    assert not isinstance(fast[0].prompts, LazyPrompts)
+    assert isinstance(fast[0].prompts, LazyPrompts)  # that one row read by the general readers
     assert fast[1:] == general[1:]
     assert b'"note":1' in fast[1]
+    third = tmp_path / "c.tsv"
+    third.write_text("prompt\tresponse\trank\nq\ta\t1\n", encoding="utf-8")
+    fast, general = rank_both([first, third], tmp_path, skip_invalid=True)
+    assert not isinstance(fast[0].prompts, LazyPrompts)  # a TSV file: all read by the general readers
+    assert fast[1:] == general[1:]
 
 
 def test_format_given_takes_the_general_path(tmp_path):

@@ -5,12 +5,13 @@ joined, and every prompt's comparisons resolved into a partial ranking by confli
 resolution (paper Algorithm 1, :func:`cheems.graph.resolve_conflicts`). The ranked rows and
 the conflict report (paper Table 5) are written atomically.
 
-Input made only of cheems rows with distinct ids, each with comparisons (or triples), takes
-the columnar path (:func:`cheems.formats.rank_columns`), which builds no
-:class:`~cheems.records.Prompt` objects: rows are read a chunk at a time, straight into
-arrays, resolved by the same array core and written by placing ``rank`` among each parsed
-row's values, byte for byte what ``Prompt.to_dict`` writes. Anything else (rows to join or
-convert, another format, and every error message) goes through the general readers.
+JSONL and JSON-list input takes the columnar path (:func:`cheems.formats.rank_columns`), which
+builds no :class:`~cheems.records.Prompt` objects for cheems rows: they are read a chunk at a
+time, straight into arrays, resolved by the same array core and written by placing ``rank``
+among each parsed row's values, byte for byte what ``Prompt.to_dict`` writes. The few rows that
+need the general readers (another format, a bad row skipped, rows of one prompt to join) are
+read by them one at a time, in their place. Other files (Parquet, TSV), ``--format``, and every
+error message go through the general readers.
 
 Core module: no torch.
 """
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterator
 
-from cheems.formats import (NotPlain, ReadResult, RepeatedRows, key_repeated_rows, merge_prompts, rank_columns,
+from cheems.formats import (NotPlain, ReadResult, RepeatedRows, key_repeated_rows, rank_columns, rankable_prompts,
                             read_many)
 from cheems.graph import resolve_conflicts
 from cheems.io import check_outputs, gc_paused, outputs_together, write_json, write_jsonl
@@ -89,8 +90,8 @@ def rank_annotations(annotations: Sequence[str | os.PathLike], output: str | os.
     with gc_paused():  # hundreds of thousands of small long-lived objects, no cycles
         if fmt is None:
             try:
-                return _rank_plain(annotations, output, report, keep_comparisons)
-            except NotPlain:  # some row is not columnar: the general readers read (or refuse) it
+                return _rank_plain(annotations, output, report, keep_comparisons, skip_invalid)
+            except NotPlain:  # read whole by the general readers, or refused: they read it or name the fault
                 pass
         prompts, errors = _rankable(annotations, skip_invalid, fmt)
         if not prompts:
@@ -107,21 +108,22 @@ def rank_annotations(annotations: Sequence[str | os.PathLike], output: str | os.
 
 
 def _rank_plain(annotations: Sequence[str | os.PathLike], output: str | os.PathLike,
-                report: str | os.PathLike | None, keep_comparisons: bool) -> RankedBenchmark:
-    """:func:`rank_annotations` by :func:`cheems.formats.rank_columns`, for files of cheems rows
-    with distinct ids, each with comparisons (rows read straight into arrays); the prompts are
-    read again by the general readers only when used. Raises NotPlain, having written nothing,
-    for any other input. O(bytes + comparisons x longest chain)."""
-    ranked = rank_columns(annotations, output, report=report, keep_comparisons=keep_comparisons)
+                report: str | os.PathLike | None, keep_comparisons: bool, skip_invalid: bool) -> RankedBenchmark:
+    """:func:`rank_annotations` by :func:`cheems.formats.rank_columns` (rows read straight into
+    arrays, the few others as the general path reads them); the prompts are read again by the
+    general readers only when used. Raises NotPlain, having written nothing, for input the
+    general path reads whole or refuses. O(bytes + comparisons x longest chain)."""
+    ranked = rank_columns(annotations, output, report=report, keep_comparisons=keep_comparisons,
+                          skip_invalid=skip_invalid)
     if ranked is None:
         raise NotPlain("rows the general readers read")
-    prompts = LazyPrompts(ranked.n_prompts, partial(_ranked_prompts, list(annotations)))
-    return RankedBenchmark(prompts, ranked.report, [])
+    prompts = LazyPrompts(ranked.n_prompts, partial(_ranked_prompts, list(annotations), skip_invalid))
+    return RankedBenchmark(prompts, ranked.report, ranked.errors)
 
 
-def _ranked_prompts(annotations: list[str | os.PathLike]) -> list[Prompt]:
-    """The ranked prompts of columnar annotation files, read again by the general readers."""
-    prompts, _ = _rankable(annotations, False, None)
+def _ranked_prompts(annotations: list[str | os.PathLike], skip_invalid: bool) -> list[Prompt]:
+    """The ranked prompts of annotation files, read again by the general readers."""
+    prompts, _ = _rankable(annotations, skip_invalid, None)
     with gc_paused():
         for p, r in zip(prompts, resolve_conflicts(prompts).ranks):
             p.rank = r
@@ -130,24 +132,11 @@ def _ranked_prompts(annotations: list[str | os.PathLike]) -> list[Prompt]:
 
 def _rankable(annotations: Sequence[str | os.PathLike], skip_invalid: bool,
               fmt: str | None) -> tuple[list[Prompt], list]:
-    """The prompts of the files, rows of one prompt joined, those without comparisons set aside."""
+    """The prompts of the files, rows of one prompt joined, those without comparisons set aside
+    (:func:`cheems.formats.rankable_prompts`), and the errors of the rows skipped."""
     res = read_many(annotations, skip_invalid=skip_invalid, fmt=fmt)
-    errors, locations = res.errors, res.locations()
-    first_seen = {}
-    for p, loc in zip(res.prompts, locations):
-        first_seen.setdefault(p.id, loc)
-    prompts = []
-    for p in merge_prompts(res.prompts, locations):  # rows of one prompt (one per task) become one
-        if not p.comparisons:
-            file, line = first_seen[p.id]
-            e = CheemsInputError("no comparisons or triples to rank from", file=file, line=line,
-                                 field="comparisons")
-            if not skip_invalid:
-                raise e
-            errors.append(e)
-            continue
-        prompts.append(p)
-    return prompts, errors
+    prompts, errors = rankable_prompts(res, skip_invalid)
+    return prompts, res.errors + errors
 
 
 def read_benchmark(paths: Sequence[str | os.PathLike], *, skip_invalid: bool = False, require_rank: bool = False,

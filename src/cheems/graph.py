@@ -26,8 +26,8 @@ from cheems.io import gc_paused
 from cheems.records import Prompt
 
 __all__ = ["BLOCK_BITS", "LABEL_CODE", "Resolution", "annotation_tasks", "comparison_arrays",
-           "comparison_arrays_from_codes", "conflict_ratio", "conflict_report", "pair_coverage", "resolve_arrays",
-           "resolve_comparisons", "resolve_conflicts", "strong_components", "triple_tasks"]
+           "comparison_arrays_from_codes", "conflict_ratio", "conflict_report", "invalid_code_prompts", "pair_coverage",
+           "resolve_arrays", "resolve_comparisons", "resolve_conflicts", "strong_components", "triple_tasks"]
 
 LABEL_CODE = {"g": 0, "b": 1, "s": 2}
 
@@ -283,6 +283,30 @@ def comparison_arrays_from_codes(sizes, counts, node_first, a_first, b_first,
     if not (unique and known) or (found[0] == found[1]).any():
         return None
     return offsets, found[0], found[1], lab, owner
+
+
+def invalid_code_prompts(sizes, counts, node_first, a_first, b_first, labels: str) -> np.ndarray:
+    """Which prompts, given as :func:`comparison_arrays_from_codes` takes them, make it refuse
+    them all: no response, a response id given twice, a comparison that names an id the prompt
+    lacks or one response twice, a label other than g, b or s. One boolean per prompt; for
+    the rare input refused, so by sorting. O((V + E) log V)."""
+    sizes, counts, node_first, a_first, b_first = (np.frombuffer(x, np.int64) if len(x) else np.zeros(0, np.int64)
+                                                   for x in (sizes, counts, node_first, a_first, b_first))
+    n, n_nodes = len(sizes), len(node_first)
+    bad = sizes == 0
+    owner = np.repeat(np.arange(n), counts)
+    node_owner = np.repeat(np.arange(n), sizes)
+    lab = _LABEL_TABLE[np.frombuffer(labels.encode("ascii", "replace"), np.uint8)]
+    bad[owner[lab < 0]] = True
+    key = np.sort(node_owner * max(n_nodes, 1) + node_first)  # (prompt, id) of every response
+    bad[np.unique(key[1:][key[1:] == key[:-1]]) // max(n_nodes, 1)] = True
+    for side in (a_first, b_first):
+        side_key = owner * max(n_nodes, 1) + side
+        at = np.minimum(np.searchsorted(key, side_key), max(len(key) - 1, 0))
+        missing = (side < 0) | (key[at] != side_key) if len(key) else np.ones(len(side), bool)
+        bad[owner[missing]] = True
+    bad[owner[a_first == b_first]] = True
+    return bad
 
 
 _LABEL_TABLE = np.full(256, -1, np.int8)

@@ -18,14 +18,14 @@ and are left out (counted as ``n_skipped``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Mapping
 
 import numpy as np
 
 from cheems.records import CheemsInputError, Prompt, preference_pairs, ranked_pairs
 
-__all__ = ["TIES", "Outcomes", "PairScores", "benchmark_fingerprint", "calibration_error", "check_ties",
+__all__ = ["TIES", "Outcomes", "PairScores", "StatsSums", "benchmark_fingerprint", "calibration_error", "check_ties",
            "dataset_stats", "evaluate", "evaluate_outcomes", "evaluate_scores", "exact_matches", "kendall_tau_b",
            "kendall_taus", "length_diagnostic",
            "pair_scores", "prompt_items", "quantile_interval",
@@ -398,26 +398,48 @@ def dataset_stats(prompts: list[Prompt]) -> dict:
     (:func:`cheems.records.preference_pairs` with ``distinct=False``). Average lengths
     are in characters; chosen/rejected lengths are averaged over comparisons.
     """
-    n_resp = 0
-    n_comp = 0
-    prompt_chars = 0
-    chosen_chars = 0
-    rejected_chars = 0
-    for p in prompts:
-        n_resp += len(p.responses)
-        prompt_chars += len(p.prompt_text)
-        length = {r.id: len(r.content) for r in p.responses}
-        pairs = preference_pairs(p, distinct=False)
-        n_comp += len(pairs)
-        for w, l in pairs:
-            chosen_chars += length[w]
-            rejected_chars += length[l]
-    n = len(prompts)
-    return {
-        "prompts": n,
-        "responses_per_prompt": n_resp / n if n else 0.0,
-        "comparisons": n_comp,
-        "prompt_chars": prompt_chars / n if n else 0.0,
-        "chosen_chars": chosen_chars / n_comp if n_comp else 0.0,
-        "rejected_chars": rejected_chars / n_comp if n_comp else 0.0,
-    }
+    return StatsSums.of(prompts).stats()
+
+
+@dataclass
+class StatsSums:
+    """The sums behind :func:`dataset_stats`: prompts, responses, preference pairs, and the
+    characters of prompts, chosen and rejected responses (one per pair). Sums of several
+    files, or of several parts of one, add up (``+``)."""
+
+    prompts: int = 0
+    responses: int = 0
+    comparisons: int = 0
+    prompt_chars: int = 0
+    chosen_chars: int = 0
+    rejected_chars: int = 0
+
+    @classmethod
+    def of(cls, prompts: list[Prompt]) -> "StatsSums":
+        """The sums over ``prompts``. O(responses + pairs)."""
+        sums = cls(prompts=len(prompts))
+        for p in prompts:
+            sums.responses += len(p.responses)
+            sums.prompt_chars += len(p.prompt_text)
+            length = {r.id: len(r.content) for r in p.responses}
+            pairs = preference_pairs(p, distinct=False)
+            sums.comparisons += len(pairs)
+            for w, l in pairs:
+                sums.chosen_chars += length[w]
+                sums.rejected_chars += length[l]
+        return sums
+
+    def __add__(self, other: "StatsSums") -> "StatsSums":
+        return StatsSums(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def stats(self) -> dict:
+        """The statistics :func:`dataset_stats` returns: averages of the sums."""
+        n, n_comp = self.prompts, self.comparisons
+        return {
+            "prompts": n,
+            "responses_per_prompt": self.responses / n if n else 0.0,
+            "comparisons": n_comp,
+            "prompt_chars": self.prompt_chars / n if n else 0.0,
+            "chosen_chars": self.chosen_chars / n_comp if n_comp else 0.0,
+            "rejected_chars": self.rejected_chars / n_comp if n_comp else 0.0,
+        }

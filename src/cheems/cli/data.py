@@ -200,18 +200,21 @@ def stats(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """The paper's Table 1 statistics: prompts, responses, comparisons, average lengths."""
-    from cheems.formats.columnar import columnar_stats
+    from cheems.formats.columnar_sums import columnar_stats
 
     table = Table(title="Dataset statistics")
     table.add_column("file", overflow="fold")
     for col in ("prompts", "responses/prompt", "comparisons", "prompt chars", "chosen chars", "rejected chars"):
         table.add_column(col, justify="right")
     paths = data_paths(files)
-    sums = [columnar_stats(path) for path in paths] if fmt is None else [None]
+    skipped: list[list] = [[] for _ in paths]
+    sums = [columnar_stats(path, errors if skip_invalid else None) for path, errors in zip(paths, skipped)] \
+        if fmt is None else [None]
     if None in sums:  # a file the columnar path leaves to the general readers: all read by them
         _general_stats(table, files, paths, skip_invalid, fmt)
     else:
-        for f, s in zip(files, sums):
+        for f, s, errors in zip(files, sums, skipped):
+            print_skipped(errors)
             _stats_row(table, str(f), s.stats())
         if len(files) > 1:
             _stats_row(table, "total", sum(sums[1:], sums[0]).stats())

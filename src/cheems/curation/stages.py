@@ -12,10 +12,12 @@ rows or responses a stage removes go to ``OUT.removed.jsonl`` (``filter``) or
 A pipeline config (see ``examples/curation/pipeline.yaml``) holds one section per stage whose
 keys are that stage's settings; `stage_settings` reads a section.
 
-``resolve`` and ``debias`` read files of plain cheems rows straight into arrays
-(:func:`cheems.formats.columnar_batches`, no Prompt made) and write each row by patching its
-parsed values, byte for byte what the object path (:func:`read_inputs`, ``Prompt.to_dict``)
-writes; any other input, and every error, goes through the object path, the reference.
+``resolve`` and ``debias`` read JSONL and JSON-list files straight into arrays
+(:func:`cheems.formats.batches_of`, no Prompt made for cheems rows, rows of other formats in
+their cheems form) and write each row by patching its parsed values, byte for byte what the
+object path (:func:`read_inputs`, ``Prompt.to_dict``) writes; any other input (a row the general
+readers refuse or must join with others, a repeated id), and every error, goes through the
+object path, the reference.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from cheems.formats import (NotPlain, check_unique_ids, columnar_batches, columnar_scores, dump_row,
-                            read_prompts)
+from cheems.formats import (NotPlain, batches_of, check_unique_ids, columnar_scores, dump_row, read_prompts,
+                            row_sources, source_chunks)
 from cheems.formats.halves import batch_parts
 from cheems.io import (atomic_open, check_outputs, gc_paused, outputs_together, read_yaml_mapping, sidecar,
                        write_json, write_jsonl)
@@ -325,8 +327,8 @@ def _resolved_rows(inputs: Sequence[str | os.PathLike], score_of: dict, scope: s
     """:func:`_resolved_batches` of the rows of ``inputs``; a big input's two halves in two
     processes (:func:`cheems.formats.halves.batch_parts`), joined in order. NotPlain for input
     the object path reads (a prompt id in both halves included)."""
-    parts = batch_parts(inputs, lambda batches: _resolved_batches(batches, score_of, scope, margin),
-                        default_subsets=False, keep_comparisons=True)
+    parts = batch_parts(row_sources(inputs, default_subsets=False),
+                        lambda batches: _resolved_batches(batches, score_of, scope, margin), keep_comparisons=True)
     lines, arrays, categories, seen = parts[0]
     for more_lines, more_arrays, more_categories, more_seen in parts[1:]:
         if not seen.isdisjoint(more_seen):
@@ -351,6 +353,7 @@ def _resolved_batches(batches: Iterable, score_of: dict, scope: str, margin: flo
     categories: list[str] = []
     seen: set[str] = set()
     for batch in batches:
+        _refuse_others(batch)
         first_row = len(categories)
         seen.update(batch.ids)
         categories += map(main_category_of, batch.categories)
@@ -367,6 +370,13 @@ def _resolved_batches(batches: Iterable, score_of: dict, scope: str, margin: flo
         for k, x in zip(_SUPERVISION_ARRAYS, (reason, owner + first_row, strict, rm_agrees, before, after)):
             arrays[k].append(x)
     return lines, arrays, categories, seen
+
+
+def _refuse_others(batch) -> None:
+    """NotPlain when the batch left a row to the general readers: one they refuse, or one they
+    join with others (a scored row); the object path reads them all."""
+    if len(batch.refused):
+        raise NotPlain("a row for the general readers: the object path reads them all")
 
 
 def _response_scores(batch, score_of: dict) -> np.ndarray:
@@ -462,7 +472,9 @@ def _debias_batches(inputs: Sequence[str | os.PathLike]) -> tuple[list, dict[str
     columns: dict[str, list] = {k: [] for k in ("len_a", "len_b", "sign", "counts", "comparisons", "extras",
                                                 "categories")}
     seen: set[str] = set()
-    for batch in columnar_batches(inputs, default_subsets=False, keep_rows=True, keep_comparisons=True):
+    chunks = source_chunks(row_sources(inputs, default_subsets=False))
+    for batch in batches_of(chunks, keep_rows=True, keep_comparisons=True):
+        _refuse_others(batch)
         batches.append(batch)
         seen.update(batch.ids)
         columns["categories"] += map(main_category_of, batch.categories)

@@ -1,8 +1,9 @@
 """Cheems rows read straight into columns, no :class:`~cheems.records.Prompt` made: what
-``cheems rank`` (:mod:`cheems.formats.columnar_rank`) and ``cheems stats`` need from JSONL files
-of cheems rows.
+``cheems rank`` (:mod:`cheems.formats.columnar_rank`), ``cheems stats``
+(:mod:`cheems.formats.columnar_sums`) and ``cheems curate resolve`` and ``debias`` need from
+JSONL files of cheems rows.
 
-A :class:`ColumnarBatch` holds a few hundred parsed rows (orjson, :func:`~cheems.formats.rows.row_chunks`)
+A :class:`ColumnarBatch` holds a few hundred parsed rows (orjson, :mod:`cheems.formats.columnar_input`)
 as columns: response ids coded as integers (the index of the first response of the batch holding
 each id), comparisons as integer codes and one label letter each, response and prompt lengths
 as integer arrays. Texts are never copied: the values the parser made are kept as they are, and
@@ -14,22 +15,22 @@ without joining or converting anything: a ``prompt`` (text or chat messages), ``
 ``{id, content, model?, ...}`` with string ids, ``comparisons`` of ``{a, b, label, annotator?,
 source?, ...}`` naming response ids, ``triples`` (``{ids, ranking, annotator?}``, read into their
 three comparisons each), an optional ``rank`` object, ``id``, ``category``, ``subset`` and any
-other keys (kept); :func:`columnar_scores` reads SCORES files so. Anything else (another format,
-``annotations``, an id to convert, a row that is wrong in any way, a Parquet or TSV file) raises
-:class:`~cheems.formats.rows.NotPlain`, and the callers read the files again with the general
-readers, which read it or name its fault (file, line, field) as always.
+other keys (kept); :func:`columnar_scores` reads SCORES files so. :meth:`ColumnarBatch.take`
+adds the rows it is given a few at a time and refuses, one by one, every other row (another
+format, ``annotations``, an id to convert, a row that is wrong in any way): it is added in the
+form the general readers give it when that is a columnar row (``convert``), or left, by its
+position, to the general readers, which read it or name its fault (file, line, field) as always.
 """
 
 from __future__ import annotations
 
 import os
 from array import array
-from dataclasses import dataclass, fields
+from bisect import bisect_right
 from functools import partial
-from itertools import chain, count, islice, repeat
+from itertools import accumulate, chain, count, islice, repeat
 from operator import itemgetter
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import orjson
 
@@ -43,8 +44,7 @@ if TYPE_CHECKING:
 
     from cheems.formats.read import Scores
 
-__all__ = ["CHUNK_ROWS", "NOT_COLUMNAR_SUFFIXES", "ColumnarBatch", "StatsSums", "batches_of", "columnar_batches", "columnar_scores", "columnar_stats",
-           "dump_row"]
+__all__ = ["BATCH_ROWS", "CHUNK_ROWS", "NOT_COLUMNAR_SUFFIXES", "ColumnarBatch", "columnar_scores", "dump_row"]
 
 ROW_KEYS = frozenset(("id", "prompt", "responses", "rank", "comparisons", "triples", "category", "subset"))
 """The keys of a columnar row that :meth:`~cheems.records.Prompt.to_dict` writes in its own
@@ -58,13 +58,18 @@ NOT_COLUMNAR_SUFFIXES = frozenset((".csv", ".xlsx", ".xls", ".xlsm", ".tsv", ".p
 _GET_PROMPT, _GET_RESPONSES = itemgetter("prompt"), itemgetter("responses")
 _GET_A, _GET_B, _GET_LABEL = itemgetter("a"), itemgetter("b"), itemgetter("label")
 _LABEL_STRINGS = {label: label for label in LABELS}
+_GROWING = ("ids", "subsets", "has_rank", "prompts", "ranks", "responses", "comparisons", "categories", "extras",
+            "response_ids", "content_chars", "prompt_chars", "rank_values", "sizes", "counts", "node_first", "a_first",
+            "b_first", "labels")
+"""The columns :meth:`ColumnarBatch.add` lengthens."""
 CHUNK_ROWS = 64  # rows parsed per round: their comparison objects are freed while still in the CPU cache
-_BATCH_ROWS = 256  # rows coded, resolved and written together (numpy calls per batch, not per row)
+BATCH_ROWS = 256  # rows coded, resolved and written together (numpy calls per batch, not per row)
 
 
 class ColumnarBatch:
-    """Columnar rows (see the module) added a chunk at a time; :meth:`add` raises NotPlain for
-    any other row, leaving the batch unusable.
+    """Columnar rows (see the module) added a chunk at a time: :meth:`add` raises NotPlain for
+    any other row, leaving the batch unusable; :meth:`take` adds what it can and refuses the
+    others, one by one, and :meth:`checked` makes sure :meth:`arrays` takes every row.
 
     Per row: ``ids`` (given, an integer id as text, or :func:`~cheems.records.prompt_id` of a row
     without one), ``subsets``, ``has_rank`` and, with ``keep_rows``, what ``Prompt.to_dict``
@@ -74,7 +79,9 @@ class ColumnarBatch:
     ``response_ids``, ``content_chars``; ``sizes`` and ``counts`` (responses and comparisons per
     row); ``node_first``, ``a_first``, ``b_first`` and ``labels`` as
     :func:`cheems.graph.comparison_arrays_from_codes` takes them; ``rank_values`` (the input rank
-    of every response of a ranked row, in response order) and ``prompt_chars``."""
+    of every response of a ranked row, in response order) and ``prompt_chars``. ``positions``:
+    each row's position among the rows of all the inputs; ``refused``: the positions of the rows
+    left to the general readers (:meth:`take`), in no particular order."""
 
     def __init__(self, *, keep_rows: bool = True, keep_comparisons: bool = False):
         self.keep_rows, self.keep_comparisons = keep_rows, keep_comparisons
@@ -92,10 +99,85 @@ class ColumnarBatch:
         self.sizes, self.counts = array("q"), array("q")
         self.node_first, self.a_first, self.b_first = array("q"), array("q"), array("q")
         self.labels: list[str] = []
+        self.positions, self.refused = array("q"), array("q")
         self._first: dict[str, int] = {}
+        self._taken: list[tuple[list, str | None]] = []  # the rows of each add and their default subset, until checked
+        self._arrays: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def take(self, rows: list, default_subset: str | None, positions: Sequence[int],
+             convert: Callable[[Any], dict | None] | None = None) -> None:
+        """Add, in order, the rows this batch takes (``positions``: theirs among all rows); a row
+        it refuses is added as ``convert(row)`` where that gives a row it takes, else its
+        position joins ``refused``. Rows are tried together, then in the pieces of :func:`_pieces`
+        down to single rows: a few irregular rows cost a few more tries, not one per row."""
+        if not rows:
+            return
+        mark = self._mark()
+        try:
+            self.add(rows, default_subset)
+        except NotPlain as e:
+            self._undo(mark)
+            refused = getattr(e, "rows", None)
+        else:
+            self.positions.extend(positions)
+            self._taken.append((rows, default_subset))
+            return
+        if len(rows) > 1:
+            for lo, hi in _pieces(rows, refused):
+                self.take(rows[lo:hi], default_subset, positions[lo:hi], convert)
+            return
+        converted = convert(rows[0]) if convert is not None else None
+        if converted is None:
+            self.refused.extend(positions)
+        else:
+            self.take([converted], default_subset, positions)
+
+    def _mark(self) -> tuple[int, ...]:
+        """How long each growing column is, for :meth:`_undo`."""
+        return tuple(len(getattr(self, name)) for name in _GROWING)
+
+    def _undo(self, mark: tuple[int, ...]) -> None:
+        """Every column cut back to its length at ``mark``: the batch as it was before a refused
+        :meth:`add`, response ids coded since then forgotten."""
+        for name, n in zip(_GROWING, mark):
+            del getattr(self, name)[n:]
+        n_responses = len(self.response_ids)
+        self._first = {k: v for k, v in self._first.items() if v < n_responses}
+
+    def checked(self) -> "ColumnarBatch":
+        """This batch when :meth:`arrays` takes every row of it; else a batch of its rows but
+        those :func:`cheems.graph.invalid_code_prompts` finds (a row that repeats a response
+        id, a comparison that names an id its row lacks or one response twice), whose
+        positions join ``refused``. Called once, when no row is to be added any more."""
+        from cheems.graph import comparison_arrays_from_codes, invalid_code_prompts
+
+        taken, self._taken = self._taken, []
+        if not len(self):
+            return self
+        codes = (self.sizes, self.counts, self.node_first, self.a_first, self.b_first, "".join(self.labels))
+        self._arrays = comparison_arrays_from_codes(*codes)
+        if self._arrays is not None:
+            return self
+        spoilt = invalid_code_prompts(*codes).tolist()
+        if not any(spoilt):  # not found row by row: every row to the general readers
+            spoilt = [True] * len(self)
+        out = ColumnarBatch(keep_rows=self.keep_rows, keep_comparisons=self.keep_comparisons)
+        out.refused = self.refused
+        at = 0
+        for rows, stem in taken:  # the runs of good rows added again, each as one
+            positions, bad = self.positions[at:at + len(rows)], spoilt[at:at + len(rows)] + [True]
+            at += len(rows)
+            lo = 0
+            for k in (k for k, b in enumerate(bad) if b):
+                if k > lo:
+                    out.take(rows[lo:k], stem, positions[lo:k])
+                if k < len(rows):
+                    out.refused.append(positions[k])
+                lo = k + 1
+        return out.checked()
 
     def add(self, rows: list, default_subset: str | None = None) -> None:
         """Add parsed rows that are all columnar (NotPlain otherwise); ``default_subset`` fills
@@ -175,14 +257,14 @@ class ColumnarBatch:
         return [r is not None for r in ranks]
 
     def _add_comparisons(self, comps: list) -> None:
-        """Code the comparisons' ids and labels (the ids are checked by
-        :func:`~cheems.graph.comparison_arrays_from_codes`); keep them, as ``Comparison.to_dict``
-        writes them, with ``keep_comparisons``. O(comparisons)."""
+        """Code the comparisons' ids and labels (an id no response of the batch holds is refused
+        here, the others are checked by :func:`~cheems.graph.comparison_arrays_from_codes`); keep
+        them, as ``Comparison.to_dict`` writes them, with ``keep_comparisons``. O(comparisons)."""
         if not {list, type(None)}.issuperset(map(type, comps)):
             raise NotPlain("comparisons")
         comps = [c or [] for c in comps]
         flat = list(chain.from_iterable(comps))
-        first = self._first.get
+        first, start = self._first.get, len(self.a_first)
         try:  # a comparison that is not a dict, a missing key, an unhashable id or unknown label
             a, b = list(map(_GET_A, flat)), list(map(_GET_B, flat))
             self.labels.append("".join(map(_LABEL_STRINGS.__getitem__, map(_GET_LABEL, flat))))
@@ -190,6 +272,11 @@ class ColumnarBatch:
             self.b_first.extend(map(first, b, repeat(-1)))
         except (KeyError, TypeError):
             raise NotPlain("comparisons") from None
+        if -1 in self.a_first[start:] or -1 in self.b_first[start:]:
+            ends = list(accumulate(map(len, comps)))
+            unknown = {bisect_right(ends, k) for side in (self.a_first, self.b_first)
+                       for k, f in enumerate(side[start:]) if f == -1}
+            raise RowsRefused("a comparison names a response id no row holds", sorted(unknown))
         self.counts.extend(map(len, comps))
         if self.keep_rows and self.keep_comparisons:
             if not _written_as_read(flat, _comparison_order, ("annotator", "source"), _none_null):
@@ -203,11 +290,12 @@ class ColumnarBatch:
         row lacks or one response twice."""
         from cheems.graph import comparison_arrays_from_codes
 
-        arrays = comparison_arrays_from_codes(self.sizes, self.counts, self.node_first, self.a_first,
-                                              self.b_first, "".join(self.labels))
-        if arrays is None:
+        if self._arrays is None:
+            self._arrays = comparison_arrays_from_codes(self.sizes, self.counts, self.node_first, self.a_first,
+                                                        self.b_first, "".join(self.labels))
+        if self._arrays is None:
             raise NotPlain("a comparison or response id is not valid")
-        return arrays
+        return self._arrays
 
     def ranked_rows(self, ranks: list[dict[str, int]]) -> Iterator[dict]:
         """Each row as ``Prompt.to_dict`` writes it ranked by ``ranks[i]`` (same keys, order and
@@ -233,6 +321,30 @@ class ColumnarBatch:
             if extra:
                 d.update(extra)
             yield d
+
+
+# ----------------------------------------------------------------------------- rows refused
+
+class RowsRefused(NotPlain):
+    """NotPlain for some rows of those :meth:`ColumnarBatch.add` was given, known by their indices."""
+
+    def __init__(self, message: str, rows: list[int]):
+        super().__init__(message)
+        self.rows = rows
+
+
+def _pieces(rows: list, refused: list[int] | None = None) -> list[tuple[int, int]]:
+    """How to try again rows a batch refused together, as ``(lo, hi)`` ranges: each row it
+    named (``refused``) or of another shape (not an object, no ``responses``, a key of another
+    reader) alone and the runs between them, or, when there is no such row or only such rows,
+    eighths."""
+    odd = refused or [k for k, r in enumerate(rows) if type(r) is not dict or "responses" not in r
+                      or not _OTHER_READERS.isdisjoint(r)]
+    if not odd or len(odd) == len(rows):
+        step = -(-len(rows) // 8)
+        return [(lo, min(lo + step, len(rows))) for lo in range(0, len(rows), step)]
+    bounds = sorted({0, len(rows), *odd, *(k + 1 for k in odd)})
+    return list(zip(bounds, bounds[1:]))
 
 
 # ----------------------------------------------------------------------------- row fields
@@ -385,36 +497,6 @@ def _comparison_dict(c: dict) -> dict:
     return d
 
 
-def columnar_batches(paths: Sequence[str | os.PathLike], *, default_subsets: bool, keep_rows: bool,
-                     keep_comparisons: bool = False) -> Iterator[ColumnarBatch]:
-    """The columnar rows of the files, :data:`_BATCH_ROWS` at a time (each file's stem the
-    default subset with ``default_subsets``); NotPlain for a file or row that is not columnar.
-    O(bytes)."""
-    def chunks() -> Iterator[tuple[list, str | None]]:
-        for path in paths:
-            if Path(path).suffix.lower() in NOT_COLUMNAR_SUFFIXES:
-                raise NotPlain(str(path))
-            stem = Path(path).stem if default_subsets else None
-            for rows in row_chunks(path, CHUNK_ROWS):
-                yield rows, stem
-
-    return batches_of(chunks(), keep_rows=keep_rows, keep_comparisons=keep_comparisons)
-
-
-def batches_of(chunks: Iterable[tuple[list, str | None]], *, keep_rows: bool,
-               keep_comparisons: bool = False) -> Iterator[ColumnarBatch]:
-    """:class:`ColumnarBatch` es of :data:`_BATCH_ROWS` rows or so, from parsed rows given a few
-    at a time with the subset their file gives (None: none)."""
-    batch = ColumnarBatch(keep_rows=keep_rows, keep_comparisons=keep_comparisons)
-    for rows, stem in chunks:
-        batch.add(rows, stem)
-        if len(batch) >= _BATCH_ROWS:
-            yield batch
-            batch = ColumnarBatch(keep_rows=keep_rows, keep_comparisons=keep_comparisons)
-    if len(batch):
-        yield batch
-
-
 def columnar_scores(path: str | os.PathLike) -> Scores | None:
     """The scores of a SCORES file as :func:`~cheems.formats.read.read_scores` reads them, when
     every row is ``{prompt_id, response_id, score, ...}`` with string ids, a finite number for
@@ -448,99 +530,3 @@ def columnar_scores(path: str | os.PathLike) -> Scores | None:
 
 dump_row = partial(orjson.dumps, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_SERIALIZE_NUMPY)
 """One row as a line of :func:`cheems.io.write_jsonl`: the same bytes."""
-
-
-# ----------------------------------------------------------------------------- stats
-
-@dataclass
-class StatsSums:
-    """The sums behind the paper's Table 1 statistics (:func:`cheems.metrics.dataset_stats`):
-    prompts, responses, preference pairs, and the characters of prompts, chosen and rejected
-    responses (one per pair). Sums of several files add up (``+``)."""
-
-    prompts: int = 0
-    responses: int = 0
-    comparisons: int = 0
-    prompt_chars: int = 0
-    chosen_chars: int = 0
-    rejected_chars: int = 0
-
-    def __add__(self, other: "StatsSums") -> "StatsSums":
-        return StatsSums(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
-
-    def stats(self) -> dict:
-        """The statistics as :func:`cheems.metrics.dataset_stats` returns them (the same averages
-        of the same integer sums)."""
-        n, n_comp = self.prompts, self.comparisons
-        return {
-            "prompts": n,
-            "responses_per_prompt": self.responses / n if n else 0.0,
-            "comparisons": n_comp,
-            "prompt_chars": self.prompt_chars / n if n else 0.0,
-            "chosen_chars": self.chosen_chars / n_comp if n_comp else 0.0,
-            "rejected_chars": self.rejected_chars / n_comp if n_comp else 0.0,
-        }
-
-
-def columnar_stats(path: str | os.PathLike) -> StatsSums | None:
-    """The sums of :class:`StatsSums` over a file of columnar rows, as
-    :func:`cheems.metrics.dataset_stats` counts the prompts :func:`~cheems.formats.read.read_prompts`
-    reads from it: a ranked row gives every pair of different ranks, any other row its ``g``
-    and ``b`` comparisons (repeats included). None for any other file (the general path then
-    reads it). O(bytes + Σ n_p log n_p) for prompts of n_p responses."""
-    from cheems.io import gc_paused
-
-    total = StatsSums()
-    with gc_paused():
-        try:
-            for batch in columnar_batches([path], default_subsets=False, keep_rows=False):
-                total += _batch_sums(batch)
-        except NotPlain:
-            return None
-    return total if total.prompts else None
-
-
-def _batch_sums(batch: ColumnarBatch) -> StatsSums:
-    """:class:`StatsSums` of one batch, vectorised: the pairs of a ranked prompt are counted from
-    its responses sorted by rank, those of an unranked one from its comparisons."""
-    import numpy as np
-
-    offsets, a, b, lab, owner = batch.arrays()
-    chars = np.frombuffer(batch.content_chars, np.int64) if len(batch.content_chars) else np.zeros(0, np.int64)
-    ranked = np.array(batch.has_rank, bool)
-    judged = ~ranked[owner] & (lab != 2)  # g: a is chosen, b: b is chosen; ties give no pair
-    chosen = np.where(lab == 0, a, b)[judged]
-    rejected = np.where(lab == 0, b, a)[judged]
-    sums = StatsSums(len(batch), len(batch.response_ids), int(judged.sum()), sum(batch.prompt_chars),
-                     int(chars[chosen].sum()), int(chars[rejected].sum()))
-    if len(batch.rank_values):
-        node_owner = np.repeat(np.arange(len(batch)), np.diff(offsets))
-        in_ranked = ranked[node_owner]
-        worse, better = _rank_pair_counts(node_owner[in_ranked], np.frombuffer(batch.rank_values, np.int64))
-        ranked_chars = chars[in_ranked]
-        sums.comparisons += int(worse.sum())
-        sums.chosen_chars += int((ranked_chars * worse).sum())
-        sums.rejected_chars += int((ranked_chars * better).sum())
-    return sums
-
-
-def _rank_pair_counts(owner: np.ndarray, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For every node, how many nodes of its prompt rank worse (a higher rank) and how many
-    better: its pairs as the chosen and as the rejected response. Nodes sorted by (prompt,
-    rank); runs of one prompt and of one (prompt, rank) bound the counts. O(V log V)."""
-    import numpy as np
-
-    order = np.lexsort((rank, owner))
-    o, r = owner[order], rank[order]
-    n = len(o)
-    new_prompt = np.r_[True, o[1:] != o[:-1]]
-    new_level = new_prompt | np.r_[True, r[1:] != r[:-1]]
-    prompt_start = np.flatnonzero(new_prompt)
-    level_start = np.flatnonzero(new_level)
-    prompt_end = np.r_[prompt_start[1:], n]
-    level_end = np.r_[level_start[1:], n]
-    p, lv = np.cumsum(new_prompt) - 1, np.cumsum(new_level) - 1  # each sorted node's prompt run and level run
-    worse, better = np.empty(n, np.int64), np.empty(n, np.int64)
-    worse[order] = prompt_end[p] - level_end[lv]
-    better[order] = level_start[lv] - prompt_start[p]
-    return worse, better

@@ -1,17 +1,17 @@
-"""Big JSONL inputs read by two processes: the lines cut in two halves, the second half's work
-done by a forked child while this process does the first.
+"""Big inputs read by two processes: the rows cut in two halves, the second half's work done
+by a forked child while this process does the first.
 
 The columnar commands (:mod:`cheems.formats.columnar_rank`, ``curate resolve``) parse, code and
-write rows one batch after another, with nothing shared between prompts but checks at the end
-(distinct ids, the report's sums). An input of at least :data:`PARALLEL_BYTES` of JSONL is cut
-by :func:`line_halves` into two halves of (nearly) as many lines; :func:`in_two_processes` runs
-the work on the second half in a child process (``os.fork``: on Linux, with two cores or more
-for this process and no other thread running, whose locks would stay locked in the child) while
-this process works on the first, and the child sends its result back pickled through a pipe.
-:func:`batch_parts` does both for work on columnar batches. The caller joins the results in
-order, so its output is what one process writes. Should the
-child fail for any reason (an error, a kill), this process does its half itself, so an error is
-raised here as it would be without the child.
+write rows one batch after another, with nothing shared between prompts but what is joined at
+the end (the report's sums, the rows left to the general readers, repeated ids). An input of at
+least :data:`PARALLEL_BYTES` is cut by :func:`source_halves` into two halves of (nearly) as many
+rows; :func:`in_two_processes` runs the work on the second half in a child process
+(``os.fork``: on Linux, with two cores or more for this process and no other thread running,
+whose locks would stay locked in the child) while this process works on the first, and the
+child sends its result back pickled through a pipe. :func:`batch_parts` does both for work on
+columnar batches. The caller joins the results in order, so its output is what one process
+writes. Should the child fail for any reason (an error, a kill), this process does its half
+itself, so an error is raised here as it would be without the child.
 """
 
 from __future__ import annotations
@@ -21,74 +21,55 @@ import pickle
 import signal
 import sys
 import threading
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
-from cheems.formats.columnar import (CHUNK_ROWS, NOT_COLUMNAR_SUFFIXES, ColumnarBatch, batches_of,
-                                     columnar_batches)
-from cheems.formats.rows import NotPlain, jsonl_lines, parse_lines
+from cheems.formats.columnar import ColumnarBatch
+from cheems.formats.columnar_input import RowSource, batches_of, source_chunks
 
-__all__ = ["PARALLEL_BYTES", "Segment", "batch_parts", "in_two_processes", "line_halves", "segment_chunks"]
+__all__ = ["PARALLEL_BYTES", "batch_parts", "in_two_processes", "source_halves"]
 
 PARALLEL_BYTES = 8 << 20
 """Inputs of at least this many bytes (all files together) are read by two processes."""
 
-Segment = tuple[Path, "str | None", list[bytes]]
-"""Some consecutive lines of one file: its path, the rows' default subset (its stem, or None), the lines."""
-
 T = TypeVar("T")
 
 
-def batch_parts(paths: Sequence[str | os.PathLike], work: Callable[[Iterator[ColumnarBatch]], T], *,
-                default_subsets: bool, keep_comparisons: bool = False) -> list[T]:
-    """``work`` over the :class:`~cheems.formats.columnar.ColumnarBatch` es (rows kept) of the
-    files: ``[work(every batch)]`` in this process, or for a big input (:func:`line_halves`)
+def batch_parts(sources: Sequence[RowSource], work: Callable[[Iterator[ColumnarBatch]], T], *,
+                keep_comparisons: bool = False) -> list[T]:
+    """``work`` over the :class:`~cheems.formats.columnar.ColumnarBatch` es (rows kept, rows of
+    other formats converted: :func:`~cheems.formats.columnar_input.batches_of`) of the sources'
+    rows: ``[work(every batch)]`` in this process, or for a big input (:func:`source_halves`)
     ``[work(the first half's batches), work(the second half's)]`` in two processes
-    (:func:`in_two_processes`). ``work`` raises NotPlain for rows it leaves to the object path."""
-    halves = line_halves(paths, default_subsets=default_subsets)
+    (:func:`in_two_processes`)."""
+    def batches(part: Sequence[RowSource]) -> Iterator[ColumnarBatch]:
+        return batches_of(source_chunks(part), keep_rows=True, keep_comparisons=keep_comparisons)
+
+    halves = source_halves(sources)
     if halves is None:
-        return [work(columnar_batches(paths, default_subsets=default_subsets, keep_rows=True,
-                                      keep_comparisons=keep_comparisons))]
-    return in_two_processes(
-        lambda segments: work(batches_of(segment_chunks(segments), keep_rows=True, keep_comparisons=keep_comparisons)),
-        *halves)
+        return [work(batches(sources))]
+    return in_two_processes(lambda part: work(batches(part)), *halves)
 
 
-def segment_chunks(segments: list[Segment]) -> Iterator[tuple[list, str | None]]:
-    """The rows of the segments parsed (:func:`~cheems.formats.rows.parse_lines`),
-    :data:`~cheems.formats.columnar.CHUNK_ROWS` at a time, each chunk with its default subset:
-    what :func:`~cheems.formats.columnar.batches_of` takes."""
-    for path, stem, lines in segments:
-        for lo in range(0, len(lines), CHUNK_ROWS):
-            yield parse_lines(path, lines[lo:lo + CHUNK_ROWS]), stem
-
-
-def line_halves(paths: Sequence[str | os.PathLike], *,
-                default_subsets: bool) -> tuple[list[Segment], list[Segment]] | None:
-    """The lines of the JSONL files cut in two halves of (nearly) as many lines (each line's
-    file stem its default subset with ``default_subsets``), when two processes may share them
-    (:func:`_may_fork`) and they hold at least :data:`PARALLEL_BYTES`; None to read them in this
-    process (JSON-list files, other formats, a small input)."""
-    paths = [Path(p) for p in paths]
-    if not _may_fork() or any(p.suffix.lower() in NOT_COLUMNAR_SUFFIXES for p in paths):
+def source_halves(sources: Sequence[RowSource]) -> tuple[list[RowSource], list[RowSource]] | None:
+    """The sources' rows cut in two halves of (nearly) as many rows, when two processes may share
+    them (:func:`_may_fork`) and their files hold at least :data:`PARALLEL_BYTES`; None to read
+    them in this process."""
+    if not _may_fork():
         return None
     try:
-        if sum(p.stat().st_size for p in paths) < PARALLEL_BYTES:
+        if sum(os.stat(s.path).st_size for s in sources) < PARALLEL_BYTES:
             return None
-        files = [(p, p.stem if default_subsets else None, jsonl_lines(p)) for p in paths]
-    except (OSError, NotPlain):
+    except OSError:
         return None
-    half = sum(len(lines) for _, _, lines in files) // 2
-    first: list[Segment] = []
-    second: list[Segment] = []
-    before = 0
-    for path, stem, lines in files:
-        cut = min(max(half - before, 0), len(lines))
+    half = sum(len(s.rows) for s in sources) // 2
+    first: list[RowSource] = []
+    second: list[RowSource] = []
+    for src in sources:
+        cut = min(max(half - src.first, 0), len(src.rows))
         if cut:
-            first.append((path, stem, lines[:cut]))
-        if cut < len(lines):
-            second.append((path, stem, lines[cut:]))
-        before += len(lines)
+            first.append(src.part(0, cut))
+        if cut < len(src.rows):
+            second.append(src.part(cut, len(src.rows)))
     return first, second
 
 
@@ -103,7 +84,8 @@ def _may_fork() -> bool:
         return False
 
 
-def in_two_processes(work: Callable[[list[Segment]], T], first: list[Segment], second: list[Segment]) -> list[T]:
+def in_two_processes(work: Callable[[list[RowSource]], T], first: list[RowSource],
+                     second: list[RowSource]) -> list[T]:
     """``[work(first), work(second)]``, the second done by a forked child while this process
     does the first, its result sent back pickled through a pipe. A child that fails (whatever
     the reason, a kill included) sends nothing whole back, and this process does its work itself;

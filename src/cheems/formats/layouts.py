@@ -55,7 +55,7 @@ def check_file_layout(path: Path, data: bytes) -> None:
     name, suffix = str(path), path.suffix.lower()
     if suffix in (".xlsx", ".xls", ".xlsm"):
         raise layout_error("an Excel workbook", f"{_ROWS}: save the sheet as TSV", name)
-    first = next((line for line in data.split(b"\n", 64)[:64] if line.strip()), b"").strip()
+    first = _first_line(data, 64)
     if suffix == ".csv":
         raise layout_error("a CSV file", _csv_closest(first, ","), name)
     if not first or first[:1] == b"[" or suffix == ".jsonl":
@@ -74,6 +74,21 @@ def check_file_layout(path: Path, data: bytes) -> None:
         if sep in first:
             raise layout_error(f"{what} in a file not named .tsv",
                                f"{_csv_closest(first, sep.decode())}; a TSV file must be named .tsv", name)
+
+
+def _first_line(data: bytes, within: int) -> bytes:
+    """The first non-blank line among the first ``within`` lines of ``data``, stripped (empty:
+    none), found without copying the rest of a big file."""
+    start = 0
+    for _ in range(within):
+        end = data.find(b"\n", start)
+        line = data[start:] if end < 0 else data[start:end]
+        if line.strip():
+            return line.strip()
+        if end < 0:
+            break
+        start = end + 1
+    return b""
 
 
 def _csv_closest(header: bytes, sep: str) -> str:

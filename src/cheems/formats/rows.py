@@ -5,7 +5,9 @@ are read, with one line naming the layout (:func:`~cheems.formats.layouts.check_
 
 :func:`iter_rows` numbers every row for error messages and reads what the fast parser refuses
 (NaN, Infinity) with the standard library; :func:`row_chunks` is its fast twin for plain input,
-which hands anything unusual back to it by raising :class:`NotPlain`.
+which hands anything unusual back to it by raising :class:`NotPlain`. :func:`numbered_rows`,
+:func:`parse_some` and :func:`read_row` read a file's rows as :func:`iter_rows` does, the fast
+parser first, one row at a time where it must (:mod:`cheems.formats.columnar_input`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from cheems.formats.tsv import iter_tsv
 from cheems.io import MAX_JSON_DEPTH, check_input_file, json_value_problem
 from cheems.records import CheemsInputError
 
-__all__ = ["NotPlain", "iter_rows", "jsonl_lines", "parse_lines", "row_chunks"]
+__all__ = ["NotPlain", "iter_rows", "numbered_rows", "parse_some", "read_row", "row_chunks"]
 
 
 class NotPlain(Exception):
@@ -221,29 +223,74 @@ def row_chunks(path: str | os.PathLike, size: int) -> Iterator[list]:
     lines = _lines(data)
     del data
     for lo in range(0, len(lines), size):
-        yield parse_lines(path, lines[lo:lo + size])
+        rows, others = parse_some(lines[lo:lo + size])
+        if others:
+            raise NotPlain(str(path))
+        yield rows
 
 
-def jsonl_lines(path: str | os.PathLike) -> list[bytes]:
-    """The non-blank lines of a JSONL file, unparsed, for :func:`parse_lines`: the rows
-    :func:`row_chunks` reads from it. NotPlain where row_chunks would raise it for the whole
-    file, and for a file of one JSON list (its rows are not lines). O(bytes)."""
+def numbered_rows(path: str | os.PathLike) -> tuple[list, list[int], set[int]]:
+    """The rows of a JSONL or JSON-list file as :func:`iter_rows` numbers them, not yet read:
+    ``(rows, numbers, deep)``: each non-blank line's bytes and its line number, or each item of a
+    JSON list (parsed) and its number from 1, and the indices of the items nested past
+    MAX_JSON_DEPTH (:func:`parse_some` finds such lines). NotPlain where :func:`iter_rows`
+    refuses the whole file (a missing file, a folder, another layout) or reads it whole with
+    the lenient parser, and for Parquet and TSV; the rows are then left to it. O(bytes)."""
     path = Path(path)
     data, is_list = _plain_source(path)
+    try:
+        check_input_file(path)
+        if not is_list:
+            check_file_layout(path, data)
+    except CheemsInputError:
+        raise NotPlain(str(path)) from None
     if is_list:
-        raise NotPlain(str(path))
-    return _lines(data)
+        try:
+            items = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise NotPlain(str(path)) from None
+        deep = {i for i, item in enumerate(items) if json_value_problem(item, strings=False)} \
+            if _may_nest_deep(data) else set()
+        return items, list(range(1, len(items) + 1)), deep
+    lines, numbers = [], []
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        if line.strip():
+            lines.append(line)
+            numbers.append(lineno)
+    return lines, numbers, set()
 
 
-def parse_lines(path: str | os.PathLike, lines: list[bytes]) -> list:
-    """The rows of some of :func:`jsonl_lines`' lines of ``path``, parsed as :func:`row_chunks`
-    parses them; NotPlain for a line it would refuse."""
+def parse_some(lines: list[bytes]) -> tuple[list, list[int]]:
+    """The rows of some of :func:`numbered_rows`' lines that the fast parser reads as
+    :func:`iter_rows` reads them, and the indices of the other lines (broken JSON, NaN, bytes
+    that are not UTF-8, a row nested past MAX_JSON_DEPTH): ``(rows, others)``. One C-level
+    ``map`` unless a line is refused."""
     try:
         rows = list(map(orjson.loads, lines))
+        others = set()
     except orjson.JSONDecodeError:
-        raise NotPlain(str(path)) from None
-    _refuse_deep(Path(path), [r for raw, r in zip(lines, rows) if _may_nest_deep(raw)])
-    return rows
+        rows, others = [], set()
+        for i, line in enumerate(lines):
+            try:
+                rows.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                rows.append(None)
+                others.add(i)
+    others.update(i for i, raw in enumerate(lines) if i not in others and _may_nest_deep(raw)
+                  and json_value_problem(rows[i], strings=False))
+    if not others:
+        return rows, []
+    return [r for i, r in enumerate(rows) if i not in others], sorted(others)
+
+
+def read_row(path: str | os.PathLike, raw: Any, number: int) -> tuple[Any, CheemsInputError | None]:
+    """One row of :func:`numbered_rows` as :func:`iter_rows` reads it: ``(object, None)``, or
+    ``(None, error)`` naming the file and line (item) ``number``."""
+    name = str(path)
+    if type(raw) is bytes:
+        return _parse_line(raw, name, number)
+    err = _value_error(raw, name, number, strings=False)
+    return (None, err) if err is not None else (raw, None)
 
 
 def _plain_source(path: Path) -> tuple[bytes, bool]:
