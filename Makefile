@@ -53,6 +53,7 @@ bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/bench_objectives.py
 	$(BIN)/python benchmarks/bench_local_judge.py
 	$(BIN)/python benchmarks/bench_serve.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_step_needs.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

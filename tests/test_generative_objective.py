@@ -2,16 +2,18 @@
 the recipe (cheems.training.generative) on tiny real causal LMs.
 
 The learning test trains a tiny Qwen2 causal LM (hidden 64, 2 layers) whose tokenizer is
-trained on the synthetic data itself, on a preference a judge can only learn from the text: the
-response holding the marker 【好】 wins. Measured: held-out verdict accuracy 0.57 after one
-epoch, 1.0 after two and three (both orders averaged); about 15 s on one CPU thread.
+trained on the synthetic data itself (tests/marker_task.py), on a preference a judge can only
+learn from the text: the response holding the marker 【好】 wins. With the small-data settings of
+docs/training.md (228 steps of 8 judge prompts) every held-out verdict is right in each order
+on its own, for seeds 0, 1 and 2 of the model and the batches; with 76 steps (one epoch) the
+judge learns a position and only a trace of the marker (one-order accuracy 0.5, both orders
+averaged 1.0). About 20 s on one CPU thread.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,14 +22,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import run_cli_in
+from tests.marker_task import SHORT, build_marker_task, synthetic_rows, write_rows
 from tests.tiny_models import copy_checkpoint, require_models_extra
 
 require_models_extra()
 import torch  # noqa: E402
 
 from cheems.formats import read_prompts  # noqa: E402
-from cheems.llm.verdict_template import (VerdictTemplate, load_verdict_template, save_verdict_template,  # noqa: E402
-                                         verdict_template)
+from cheems.llm.verdict_template import load_verdict_template, verdict_template  # noqa: E402
 from cheems.models.judge_sequences import verdict_token_ids  # noqa: E402
 from cheems.records import CheemsInputError, Comparison, Prompt, Response  # noqa: E402
 from cheems.training.config import TrainConfig  # noqa: E402
@@ -37,11 +39,6 @@ from cheems.training.judge_data import encode_judge_data, judge_examples  # noqa
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
 
-MARK = "【好】"
-CHARS = "天地人山水火木金土日月风云雨雪花草鸟鱼虫"
-SHORT = VerdictTemplate(language="zh", system="评审", instruction="比较", closing="答ABC", closing_no_tie="答AB",
-                        names={"history": "史", "question": "问题", "response_a": "回答A", "response_b": "回答B"},
-                        roles={"user": "用户"}, version="test-short")
 
 
 # ----------------------------------------------------------------------------- judge examples
@@ -182,48 +179,11 @@ def _last_hidden(lm, seqs):
 
 # ----------------------------------------------------------------------------- the recipe
 
-def synthetic_rows(n, seed, start=0):
-    """Prompts of 2-3 random responses; the one holding the marker ranks first, the others tie."""
-    rng = random.Random(seed)
-    out = []
-    for k in range(n):
-        m = rng.choice([2, 3])
-        texts = ["".join(rng.choice(CHARS) for _ in range(rng.randint(4, 9))) for _ in range(m)]
-        good = rng.randrange(m)
-        at = rng.randint(0, len(texts[good]))
-        texts[good] = texts[good][:at] + MARK + texts[good][at:]
-        out.append({"id": f"p{start + k}", "prompt": "问" + "".join(rng.choice(CHARS) for _ in range(rng.randint(3, 6))),
-                    "responses": [{"id": f"r{j}", "content": c} for j, c in enumerate(texts)],
-                    "rank": {f"r{j}": 1 if j == good else 2 for j in range(m)}})
-    return out
-
-
-def write(path: Path, rows) -> str:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def marker_task(tmp_path_factory):
     """Training and held-out files, the short template as a file, and a tiny causal LM whose
     tokenizer learnt the data and the template (so a judge prompt is some 60 tokens)."""
-    from transformers import Qwen2ForCausalLM
-
-    from cheems.training.init_model import tiny_config, train_tokenizer
-
-    root = tmp_path_factory.mktemp("marker")
-    train_rows, held_out = synthetic_rows(200, seed=0), synthetic_rows(50, seed=1, start=1000)
-    texts = [r["prompt"] for r in train_rows] + [c["content"] for r in train_rows for c in r["responses"]]
-    texts += [m["content"] for r in train_rows[:50]
-              for m in SHORT.messages(r["prompt"], r["responses"][0]["content"], r["responses"][1]["content"],
-                                      ties=False)]
-    tokenizer = train_tokenizer(texts, vocab_size=500)
-    torch.manual_seed(0)
-    Qwen2ForCausalLM(tiny_config(tokenizer, architecture="Qwen2ForCausalLM")).save_pretrained(root / "lm")
-    tokenizer.save_pretrained(root / "lm")
-    save_verdict_template(SHORT, root)
-    return {"root": root, "model": root / "lm", "train": write(root / "train.jsonl", train_rows),
-            "held_out": write(root / "held_out.jsonl", held_out), "template": str(root / "judge_template.json")}
+    return build_marker_task(tmp_path_factory.mktemp("marker"))
 
 
 def config(task, output, **kw) -> TrainConfig:
@@ -234,16 +194,17 @@ def config(task, output, **kw) -> TrainConfig:
     return TrainConfig(**settings_)
 
 
-def held_out_accuracy(folder: Path, held_out: str) -> float:
+def held_out_accuracy(folder: Path, held_out: str) -> tuple[float, float]:
     """Pairwise accuracy of the saved judge, computed with nothing but transformers: each pair in
-    both orders, p(A) over the letters A and B, right when (p_AB(A) + p_BA(B)) / 2 > 0.5."""
+    both orders, p(A) over the letters A and B; ``(averaged, one order)``: the pairs right by
+    (p_AB(A) + p_BA(B)) / 2 > 0.5, and the verdicts of each order on its own that are right."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     lm = AutoModelForCausalLM.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     template = load_verdict_template(folder)
     a, b = verdict_token_ids(tokenizer, ["A", "B"])
-    right = total = 0
+    right = one_order = total = 0
     for p in read_prompts(held_out).prompts:
         text = {r.id: r.content for r in p.responses}
         best = min(p.rank, key=p.rank.get)
@@ -256,28 +217,41 @@ def held_out_accuracy(folder: Path, held_out: str) -> float:
                     logits = lm(**tokenizer(ids, return_tensors="pt")).logits[0, -1]
                 p_first.append(torch.softmax(logits[[a, b]], dim=0)[0].item())
             right += (p_first[0] + 1 - p_first[1]) / 2 > 0.5
+            one_order += (p_first[0] > 0.5) + (p_first[1] < 0.5)
             total += 1
-    return right / total
+    return right / total, one_order / (2 * total)
+
+
+SMALL_DATA = dict(gradient_accumulation=1, micro_batch_size=8, epochs=3, learning_rate=1e-3)
+"""The settings docs/training.md recommends for small data ("How many steps"): one forward batch
+of 8 a step and epochs enough for 200 steps (76 steps an epoch here); the learning rate of a
+tiny model trained from random weights."""
 
 
 def test_a_tiny_causal_lm_learns_the_marker_preference_and_exports_a_judge(marker_task, tmp_path):
-    out = tmp_path / "judge"
-    summary = train_generative(config(marker_task, out, eval=[marker_task["held_out"]]))
-    assert summary["objective"] == "generative" and summary["steps"] == summary["total_steps"]
+    """With the small-data settings the judge learns the marker, not a position: each order's
+    verdict is right on its own (a judge of 100 steps or fewer picks one position, 0.5 here)."""
+    out, notes = tmp_path / "judge", []
+    summary = train_generative(config(marker_task, out, eval=[marker_task["held_out"]], **SMALL_DATA),
+                               notify=notes.append)
+    assert summary["objective"] == "generative" and summary["steps"] == summary["total_steps"] >= 200
+    assert not notes, notes  # no few-steps note: the recommended settings plan enough
     assert summary["pairs"] > 200 and summary["examples"] == 2 * summary["pairs"]
-    assert summary["eval"]["verdict_accuracy"] >= 0.95, summary["eval"]
-    assert summary["eval"]["accuracy"] >= 0.95
+    held = summary["eval"]
+    assert held["verdict_accuracy"] >= 0.95 and held["order_accuracy"] >= 0.95, held
+    assert held["position_consistency"] >= 0.9 and held["accuracy"] >= 0.95, held
     # the folder is a judge of its own: a causal LM, its tokenizer and the template it learnt
     assert load_verdict_template(out) == replace(SHORT, ties=False)  # the folder records that no tie was learnt
-    assert held_out_accuracy(out, marker_task["held_out"]) == pytest.approx(summary["eval"]["verdict_accuracy"])
+    assert held_out_accuracy(out, marker_task["held_out"]) == pytest.approx((held["verdict_accuracy"],
+                                                                             held["order_accuracy"]))
     assert json.loads((out / "train_summary.json").read_text(encoding="utf-8"))["steps"] == summary["steps"]
     log = [json.loads(x) for x in (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["step"] for r in log] == list(range(1, summary["steps"] + 1))
-    assert "eval/verdict_accuracy" in log[-1]
+    assert "eval/verdict_accuracy" in log[-1] and "eval/order_accuracy" in log[-1]
 
 
 def test_resume_continues_from_the_last_checkpoint_without_repeating_steps(marker_task, tmp_path):
-    small = write(tmp_path / "small.jsonl", synthetic_rows(24, seed=3))
+    small = write_rows(tmp_path / "small.jsonl", synthetic_rows(24, seed=3))
     base = dict(train=[small], epochs=2, micro_batch_size=8, save_every=3)
     whole = train_generative(config(marker_task, tmp_path / "whole", **base))
 
@@ -311,7 +285,7 @@ def test_built_in_template_with_ties_packed_and_padded_agree(causal_lm_model, ti
         d = p.to_dict(comparisons=False)
         d["rank"] = rank
         rows.append(d)
-    train_file = write(tmp_path / "t.jsonl", rows)
+    train_file = write_rows(tmp_path / "t.jsonl", rows)
     first = {}
     for packing in (True, False):
         cfg = TrainConfig(model=str(causal_lm_model), train=[train_file], output=str(tmp_path / f"out-{packing}"),
@@ -332,8 +306,13 @@ def test_cli_trains_a_generative_judge(marker_task, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "trained" in r.stdout and "final eval" in r.stdout
     summary = json.loads((tmp_path / "judge" / "train_summary.json").read_text(encoding="utf-8"))
+    held = summary["eval"]
+    assert (f"judge: each order alone {held['order_accuracy']:.4f} right, position consistency "
+            f"{held['position_consistency']:.4f}") in r.stdout, r.stdout
     assert summary["objective"] == "generative" and summary["eval"]["pairs"] > 0
     assert load_verdict_template(tmp_path / "judge") == replace(SHORT, ties=False)
+    # one epoch is under 100 steps: said before the first, with the run's own count
+    assert f"note: {summary['steps']} optimizer step(s) planned" in r.stderr and summary["steps"] < 100, r.stderr
 
 
 def test_out_of_memory_is_one_line_naming_the_budget(marker_task, tmp_path, monkeypatch):

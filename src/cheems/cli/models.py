@@ -53,9 +53,13 @@ def _print_training(summary: dict) -> None:
     if summary.get("dropped_sequences") or summary.get("truncated_sequences"):
         err.print(f"note: {summary.get('dropped_sequences', 0)} sequence(s) over max length dropped, "
                   f"{summary.get('truncated_sequences', 0)} truncated")
-    if summary.get("eval"):
-        out.print(f"final eval: Overall {fmt(summary['eval']['overall'])}, accuracy "
-                  f"{fmt(summary['eval']['accuracy'])}, exact match {fmt(summary['eval']['exact_match'])}")
+    held = summary.get("eval")
+    if held:
+        out.print(f"final eval: Overall {fmt(held['overall'])}, accuracy {fmt(held['accuracy'])}, exact match "
+                  f"{fmt(held['exact_match'])}")
+    if held and held.get("order_accuracy") is not None:  # a judge: what averaging both orders can hide
+        out.print(f"judge: each order alone {fmt(held['order_accuracy'])} right, position consistency "
+                  f"{fmt(held['position_consistency'])} (a judge that picks one position has 0.5 and 0)")
 
 
 def _training_progress(bar):

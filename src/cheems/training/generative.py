@@ -57,6 +57,7 @@ from cheems.training.output_folder import (FINAL_MODEL_TEMP, MetricsLog, check_r
 from cheems.training.recipe_setup import (MAX_GRAD_NORM, make_accelerator, optimizer_update, prepare_optimisation,
                                           ready_for_training, resume_point, step_groups, with_lora)
 from cheems.training.budget_probe import training_token_budget
+from cheems.training.step_plan import say_few_steps
 from cheems.training.training_data import read_training_prompts
 
 __all__ = ["FINAL_MODEL_TEMP", "MAX_GRAD_NORM", "GenerativeRun", "Notify", "Progress", "VerdictModel",
@@ -147,9 +148,12 @@ def _letter_probabilities(accelerator, model, eval_set: JudgeEvalSet, letters: l
 def evaluate_verdicts(accelerator, model, eval_set: JudgeEvalSet, letters: list[int], pad_id: int, *,
                       batch_size: int, packing: bool) -> dict:
     """Held-out verdicts of the current weights: ``verdict_accuracy`` (pairs whose averaged
-    P(better wins) = (p_AB(A) + p_BA(B)) / 2 is over 0.5), ``position_consistency`` (pairs
-    whose two orders pick the same response), and CheemsBench ``overall``, ``accuracy``,
-    ``exact_match`` (means over subsets) and ``subsets`` of those verdicts."""
+    P(better wins) = (p_AB(A) + p_BA(B)) / 2 is over 0.5), ``order_accuracy`` (the verdicts of
+    each order on its own, 2 per pair, that pick the better response: what the judge scores
+    read in one order; a judge that learnt a position and little else has 0.5 here and may still
+    have a high averaged accuracy), ``position_consistency`` (pairs whose two orders pick the
+    same response), and CheemsBench ``overall``, ``accuracy``, ``exact_match`` (means over
+    subsets) and ``subsets`` of the averaged verdicts."""
     import numpy as np
 
     from cheems.metrics import Outcomes, evaluate_outcomes
@@ -157,12 +161,13 @@ def evaluate_verdicts(accelerator, model, eval_set: JudgeEvalSet, letters: list[
     p_a = _letter_probabilities(accelerator, model, eval_set, letters, pad_id, batch_size, packing)
     n_comp = np.zeros(len(eval_set.prompts), np.int64)
     n_right = np.zeros(len(eval_set.prompts), np.int64)
-    right = consistent = 0
+    right = consistent = order_right = 0
     for k, pair in enumerate(eval_set.pairs):
         ab, ba = p_a[2 * k], p_a[2 * k + 1]  # p(A) with the better response first, then second
         won = (ab + (1.0 - ba)) / 2 > 0.5
         right += won
         consistent += (ab > 0.5) == (ba <= 0.5)
+        order_right += (ab > 0.5) + (ba < 0.5)
         n_comp[pair.prompt_index] += 1
         n_right[pair.prompt_index] += won
     report = evaluate_outcomes(eval_set.prompts, Outcomes(n_comp, n_right), n_bootstrap=0)
@@ -172,6 +177,7 @@ def evaluate_verdicts(accelerator, model, eval_set: JudgeEvalSet, letters: list[
              for k in ("accuracy", "exact_match")}
     pairs = len(eval_set.pairs)
     return {"verdict_accuracy": right / pairs if pairs else None,
+            "order_accuracy": order_right / (2 * pairs) if pairs else None,
             "position_consistency": consistent / pairs if pairs else None, "pairs": pairs,
             "overall": report["overall"], **means, "subsets": subsets}
 
@@ -268,6 +274,9 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
     first_batches = epoch_judge_batches(lengths, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))
     total_steps = steps_per_epoch * config.epochs
+    if not start_step and accelerator.is_main_process:
+        say_few_steps(config, len(first_batches), lambda m: len(epoch_judge_batches(
+            lengths, replace(config, micro_batch_size=m), accelerator.num_processes, 0, budget)), notify)
     wrapped, optimizer, scheduler, trainable = prepare_optimisation(accelerator, module, config, total_steps)
     if resume_from is not None:
         load_checkpoint(accelerator, resume_from)

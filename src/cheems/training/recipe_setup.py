@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +30,7 @@ from cheems.training.batching import batch_stats, greedy_prompt_batches
 from cheems.training.budget_probe import token_budget_per_process, training_token_budget
 from cheems.training.config import TrainConfig
 from cheems.training.output_folder import MetricsLog, check_resume, list_checkpoints, load_checkpoint
+from cheems.training.step_plan import say_few_steps
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
                                            read_training_prompts)
 
@@ -281,6 +283,10 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     first_batches = epoch_batches(data, config, accelerator.num_processes, 0, budget)
     steps_per_epoch = len(step_groups(first_batches, config.gradient_accumulation))
     total_steps = steps_per_epoch * config.epochs
+    if not start_step and accelerator.is_main_process:
+        say_few_steps(config, len(first_batches), lambda m: len(epoch_batches(
+            data, replace(config, micro_batch_size=m), accelerator.num_processes, 0, budget)), notify,
+            smallest_micro_batch=max(Counter(p for p, _, _ in data.items).values(), default=1))
     reward_model, optimizer, scheduler, trainable = prepare_optimisation(accelerator, module, config, total_steps)
     if resume_from is not None:
         load_checkpoint(accelerator, resume_from)
