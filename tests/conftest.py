@@ -49,6 +49,26 @@ os.environ.setdefault("CHEEMS_CACHE_DIR", tempfile.mkdtemp(prefix="cheems-test-c
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+
+def pytest_configure(config) -> None:
+    # Most tests train tiny runs of a few steps on purpose, without a notify callback: the
+    # few-steps note would be a warning in each. tests/test_step_plan.py checks the note itself.
+    config.addinivalue_line("filterwarnings", "ignore::cheems.training.step_plan.FewStepsWarning")
+
+
+# The modules whose tests start processes (servers, launches, the example scripts) or compile,
+# each several to tens of seconds. They run first: pytest-xdist's workers then share out the many
+# short tests that remain, and no worker starts a long test while the others have run dry.
+LONG_MODULES = ("test_examples", "test_distributed_train", "test_experiments", "test_ray_scoring",
+                "test_scoring_fixed_shapes", "test_annotate_kill", "test_annotate_postgres",
+                "test_annotate_browser", "test_serve_api", "test_serve_robust", "test_serve_clients")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    rank = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each module keeps its order
+
+
 # A real process that runs longer than this has hung: a safety net, never a measure of speed.
 HANG_TIMEOUT_S = 600
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT
+from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT, run_cli_in
 
 EXAMPLES = REPO_ROOT / "examples"
 
@@ -82,9 +82,7 @@ def test_the_study_example_fills_its_grid_and_a_rerun_trains_nothing(ran):
     assert {r["data_size"] for r in rows} == {60, "all"}
     html = (out / "report.html").read_text(encoding="utf-8")
     assert "human-subset-debiased" in html and len(list((out / "report_files").glob("fig[67]_*.png"))) == 8
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    again = subprocess.run(["cheems", "experiment", "run", "study.yaml", "-o", "study"], cwd=out, env=env, text=True,
-                           capture_output=True, timeout=HANG_TIMEOUT_S)
+    again = run_cli_in(out, "experiment", "run", "study.yaml", "-o", "study")
     assert again.returncode == 0 and "ran 0 of 8 cells (8 finished before)" in again.stdout, again.stderr
 
 

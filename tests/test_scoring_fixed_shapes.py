@@ -305,7 +305,7 @@ def test_flags_that_cannot_apply_are_one_line_before_any_work(tmp_path, seq_cls_
 def test_compiled_fixed_shapes_score_as_the_plain_model(seq_cls_model, tiny_prompts):
     """``compile`` with ``fixed_shapes`` on CPU: the layers compiled for static shapes (one per
     bucket met) give the plain model's scores."""
-    items = _items(tiny_prompts, 3)
+    items = _items(tiny_prompts, 1)  # one prompt: few row lengths to compile, each costing seconds on a CPU
     want = load_reward_model(seq_cls_model, max_length=300).score(items, token_budget=512, batch_size=8)
     rm = load_reward_model(seq_cls_model, max_length=300, compile=True, fixed_shapes=True)
     with warnings.catch_warnings():
