@@ -166,6 +166,23 @@ def _object_path_only(*args, **kwargs):
     raise NotPlain("the object path, as the reference")
 
 
+def cli_both_paths(tmp: Path, args: list) -> None:
+    """``cheems ARGS`` in ``tmp`` with the columnar paths and with every one of them off: the same
+    exit status, stdout, stderr and output file (``tmp/out.jsonl``, when written)."""
+    out = tmp / "out.jsonl"
+    with_columns = run_cli_in(tmp, *args)
+    written = out.read_bytes() if out.exists() else None
+    out.unlink(missing_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cheems.formats.columnar_sums, "columnar_stats", lambda *a, **k: None)
+        mp.setattr(cheems.benchmark, "_rank_plain", _object_path_only)
+        reference = run_cli_in(tmp, *args)
+    assert (with_columns.returncode, with_columns.stdout, with_columns.stderr) == \
+        (reference.returncode, reference.stdout, reference.stderr)
+    assert written == (out.read_bytes() if out.exists() else None)
+    event("error" if reference.returncode else "no error")
+
+
 def rank_object_path(paths, tmp: Path, keep_comparisons: bool):
     """The reference: rank_annotations with every fast path off. (output bytes, report text), or
     the error message."""
@@ -279,15 +296,7 @@ def test_bad_rows_give_the_error_of_the_object_path(files, command):
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         paths = write_files(files, tmp)
-        args = [command, *paths, *(["-o", tmp / "out.jsonl"] if command == "rank" else [])]
-        with_columns = run_cli_in(tmp, *args)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(cheems.formats.columnar_sums, "columnar_stats", lambda *a, **k: None)
-            mp.setattr(cheems.benchmark, "_rank_plain", _object_path_only)
-            reference = run_cli_in(tmp, *args)
-        assert (with_columns.returncode, with_columns.stdout, with_columns.stderr) == \
-            (reference.returncode, reference.stdout, reference.stderr)
-        event("error" if reference.returncode else "no error")
+        cli_both_paths(tmp, [command, *paths, *(["-o", tmp / "out.jsonl"] if command == "rank" else [])])
 
 
 def test_bad_line_is_named(tmp_path):

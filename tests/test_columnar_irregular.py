@@ -25,7 +25,7 @@ from cheems.formats.columnar_sums import columnar_stats
 from cheems.metrics import dataset_stats
 from cheems.records import CheemsInputError
 from tests.conftest import run_cli_in, write_jsonl_rows
-from tests.test_columnar import TEXT, annotated_row
+from tests.test_columnar import TEXT, annotated_row, cli_both_paths
 from tests.test_columnar_curate import SCORE_CHOICES, both_paths, write_scores
 
 KINDS = ["regular"] * 6 + ["no comparisons", "other format", "repeated id", "bad"]
@@ -229,19 +229,8 @@ def test_the_cli_on_irregular_files_prints_what_the_object_path_prints(files, co
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         paths = write_files(files, tmp)
-        args = [command, *paths, *(["-o", tmp / "out.jsonl"] if command == "rank" else []),
-                *(["--skip-invalid"] if skip_invalid else [])]
-        with_columns = run_cli_in(tmp, *args)
-        written = (tmp / "out.jsonl").read_bytes() if (tmp / "out.jsonl").exists() else None
-        (tmp / "out.jsonl").unlink(missing_ok=True)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(cheems.formats.columnar_sums, "columnar_stats", lambda *a, **k: None)
-            mp.setattr(cheems.benchmark, "_rank_plain", _object_path_only)
-            reference = run_cli_in(tmp, *args)
-        assert (with_columns.returncode, with_columns.stdout, with_columns.stderr) == \
-            (reference.returncode, reference.stdout, reference.stderr)
-        assert written == ((tmp / "out.jsonl").read_bytes() if (tmp / "out.jsonl").exists() else None)
-        event("error" if reference.returncode else "no error")
+        cli_both_paths(tmp, [command, *paths, *(["-o", tmp / "out.jsonl"] if command == "rank" else []),
+                             *(["--skip-invalid"] if skip_invalid else [])])
 
 
 @settings(max_examples=80, deadline=None)
