@@ -24,7 +24,7 @@ from cheems.formats import NotPlain, read_prompts
 from cheems.formats.columnar_sums import columnar_stats
 from cheems.metrics import dataset_stats
 from cheems.records import CheemsInputError
-from tests.conftest import run_cli_in, write_jsonl_rows
+from tests.conftest import write_jsonl_rows
 from tests.test_columnar import TEXT, annotated_row, cli_both_paths
 from tests.test_columnar_curate import SCORE_CHOICES, both_paths, write_scores
 
