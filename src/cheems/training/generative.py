@@ -335,12 +335,11 @@ def train_generative_epoch(run: GenerativeRun, epoch: int, progress: Progress | 
         run.log.write(run.step, {k: v for k, v in stats.items() if k != "eval"}
                       | {f"eval/{k}": v for k, v in evaluated.items() if k != "subsets"})
         if _due(config.save_every, run.step, end_of_epoch):
+            template = replace(run.template, ties=run.config.judge_ties)  # a checkpoint is a judge of its own
             save_checkpoint(accelerator, run.output, run.step, epoch, run.model, run.tokenizer, config,
                             data_fingerprint=run.data_fingerprint, total_steps=run.total_steps,
-                            token_budget=run.token_budget)
-            if accelerator.is_main_process:  # a checkpoint is a judge of its own
-                save_verdict_template(replace(run.template, ties=run.config.judge_ties),
-                                      run.output / f"checkpoint-{run.step}")
+                            token_budget=run.token_budget,
+                            write_extra=lambda folder: save_verdict_template(template, folder))
         if progress and accelerator.is_main_process:
             progress(run.step, run.total_steps, stats)
 

@@ -67,7 +67,7 @@ def _inner_part(state: dict) -> dict:
 def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_model, tokenizer,
                     config: TrainConfig, *, data_fingerprint: str | None = None,
                     total_steps: int | None = None, token_budget: int | None = None,
-                    lowered_token_budget: int | None = None) -> None:
+                    lowered_token_budget: int | None = None, write_extra=None) -> None:
     """output/checkpoint-STEP, written in a temp folder and renamed; keeps the last two.
 
     Holds the model as a standard checkpoint (the LoRA adapter alone when training LoRA; a
@@ -75,7 +75,9 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
     tokenizer, ``trainer_state.json`` (with the token budget per process the batches were planned
     with: ``--token-budget auto`` reuses it on resume; and, when running out of memory lowered it
     mid-run, ``lowered_token_budget``, the one the run went on with) and accelerate's state of every process (weights,
-    optimizer, scheduler, RNG) for ``resume``. Called by every process."""
+    optimizer, scheduler, RNG) for ``resume``. ``write_extra(folder)``, when given, adds the
+    objective's own files (a judge's verdict template) on the main process before the folder moves
+    into place. Called by every process."""
     is_main = accelerator.is_main_process
     final = output / f"{CHECKPOINT_PREFIX}{step}"
     tmp = output / f".{CHECKPOINT_PREFIX}{step}.tmp"
@@ -98,6 +100,8 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
                             "data_fingerprint": data_fingerprint, "config": config_record(config)}
             if lowered_token_budget is not None:
                 state_record["lowered_token_budget"] = lowered_token_budget
+            if write_extra is not None:
+                write_extra(tmp)
             (tmp / STATE_FILE).write_text(json.dumps(state_record, ensure_ascii=False, indent=1), encoding="utf-8")
     except BaseException:  # a full disk: no half-written checkpoint left behind to fill it further
         if is_main:
