@@ -35,9 +35,10 @@ LAYOUTS = ["v_head_file_model", "v_head_inline_model"]
 # ----------------------------------------------------------------------------- built once per module
 
 @pytest.fixture(scope="module")
-def v_head_bin_model(tiny_models_root, causal_lm_model) -> VHeadModel:
-    """A third variant: ``value_head.bin`` (torch.save) with ``v_head.weight`` and no bias."""
-    d = copy_checkpoint(causal_lm_model, tiny_models_root / "v-head-bin-convert")
+def v_head_bin_model(tmp_path_factory, causal_lm_model) -> VHeadModel:
+    """A third variant: ``value_head.bin`` (torch.save) with ``v_head.weight`` and no bias. In a
+    folder of its own each time: in a random order the module's fixtures may be set up twice."""
+    d = copy_checkpoint(causal_lm_model, tmp_path_factory.mktemp("v-head-bin-convert") / "model")
     weight = torch.randn(1, HIDDEN, generator=torch.Generator().manual_seed(13))
     torch.save({"v_head.weight": weight}, d / "value_head.bin")
     return VHeadModel(d, weight, torch.zeros(1), "value_head.bin")
