@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterator
 
-from cheems.formats import (NotPlain, ReadResult, RepeatedRows, key_repeated_rows, rank_columns, rankable_prompts,
-                            read_many)
+from cheems.formats import (NotPlain, ReadResult, RepeatedRows, RewordedQuestions, key_repeated_rows, rank_columns,
+                            rankable_prompts, read_many)
 from cheems.graph import resolve_conflicts
 from cheems.io import check_outputs, gc_paused, outputs_together, write_json, write_jsonl
 from cheems.records import CheemsInputError, Prompt
@@ -67,12 +67,15 @@ class LazyPrompts(Sequence):
 class RankedBenchmark:
     """What :func:`rank_annotations` made: the ranked prompts (empty when no row could be
     ranked; then nothing was written), the conflict report per subset and in total, and the
-    rows skipped with their errors. After the fast path ``prompts`` is a :class:`LazyPrompts`:
-    its length is known, the prompts are read again from the annotation files when used."""
+    rows skipped with their errors, and the questions whose scored rows word them differently
+    (joined: :attr:`cheems.formats.ReadResult.reworded`). After the fast path ``prompts`` is a
+    :class:`LazyPrompts`: its length is known, the prompts are read again from the annotation
+    files when used."""
 
     prompts: Sequence[Prompt]
     report: dict
     errors: list[CheemsInputError] = field(default_factory=list)
+    reworded: RewordedQuestions = field(default_factory=RewordedQuestions)
 
 
 def rank_annotations(annotations: Sequence[str | os.PathLike], output: str | os.PathLike, *,
@@ -93,9 +96,9 @@ def rank_annotations(annotations: Sequence[str | os.PathLike], output: str | os.
                 return _rank_plain(annotations, output, report, keep_comparisons, skip_invalid)
             except NotPlain:  # read whole by the general readers, or refused: they read it or name the fault
                 pass
-        prompts, errors = _rankable(annotations, skip_invalid, fmt)
+        prompts, errors, reworded = _rankable(annotations, skip_invalid, fmt)
         if not prompts:
-            return RankedBenchmark([], {}, errors)
+            return RankedBenchmark([], {}, errors, reworded)
         resolution = resolve_conflicts(prompts)
         for p, r in zip(prompts, resolution.ranks):
             p.rank = r
@@ -104,7 +107,7 @@ def rank_annotations(annotations: Sequence[str | os.PathLike], output: str | os.
             write_jsonl(ranked_tmp, (p.to_dict(comparisons=keep_comparisons) for p in prompts))
             if report_tmp is not None:
                 write_json(report_tmp, stats)
-    return RankedBenchmark(prompts, stats, errors)
+    return RankedBenchmark(prompts, stats, errors, reworded)
 
 
 def _rank_plain(annotations: Sequence[str | os.PathLike], output: str | os.PathLike,
@@ -118,12 +121,12 @@ def _rank_plain(annotations: Sequence[str | os.PathLike], output: str | os.PathL
     if ranked is None:
         raise NotPlain("rows the general readers read")
     prompts = LazyPrompts(ranked.n_prompts, partial(_ranked_prompts, list(annotations), skip_invalid))
-    return RankedBenchmark(prompts, ranked.report, ranked.errors)
+    return RankedBenchmark(prompts, ranked.report, ranked.errors, ranked.reworded)
 
 
 def _ranked_prompts(annotations: list[str | os.PathLike], skip_invalid: bool) -> list[Prompt]:
     """The ranked prompts of annotation files, read again by the general readers."""
-    prompts, _ = _rankable(annotations, skip_invalid, None)
+    prompts, _, _ = _rankable(annotations, skip_invalid, None)
     with gc_paused():
         for p, r in zip(prompts, resolve_conflicts(prompts).ranks):
             p.rank = r
@@ -131,12 +134,13 @@ def _ranked_prompts(annotations: list[str | os.PathLike], skip_invalid: bool) ->
 
 
 def _rankable(annotations: Sequence[str | os.PathLike], skip_invalid: bool,
-              fmt: str | None) -> tuple[list[Prompt], list]:
+              fmt: str | None) -> tuple[list[Prompt], list, RewordedQuestions]:
     """The prompts of the files, rows of one prompt joined, those without comparisons set aside
-    (:func:`cheems.formats.rankable_prompts`), and the errors of the rows skipped."""
+    (:func:`cheems.formats.rankable_prompts`), the errors of the rows skipped, and the questions
+    whose scored rows word them differently."""
     res = read_many(annotations, skip_invalid=skip_invalid, fmt=fmt)
     prompts, errors = rankable_prompts(res, skip_invalid)
-    return prompts, res.errors + errors
+    return prompts, res.errors + errors, res.reworded
 
 
 def read_benchmark(paths: Sequence[str | os.PathLike], *, skip_invalid: bool = False, require_rank: bool = False,

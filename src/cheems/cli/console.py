@@ -1,6 +1,6 @@
 """What the commands share for talking to the user: the two consoles, one-line errors and
-exit codes, the skipped-rows note, number formatting, progress bars, and the judge back-end
-choice of `eval --judge` and `curate judge`."""
+exit codes, the skipped-rows and reworded-questions notes, number formatting, progress bars,
+and the judge back-end choice of `eval --judge` and `curate judge`."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from rich.console import Console
 
 from cheems.records import CheemsInputError
 
-__all__ = ["EXIT_BAD_INPUT", "data_paths", "err", "fmt", "judge_backend_for", "out", "print_skipped", "progress",
-           "reports_input_errors"]
+__all__ = ["EXIT_BAD_INPUT", "data_paths", "err", "fmt", "judge_backend_for", "out", "print_reworded", "print_skipped",
+           "progress", "reports_input_errors"]
 
 # markup and emoji codes off: file names and messages may contain [brackets] and ":100:"
 # (a line number) that rich would turn into markup or an emoji; colour goes through style=
@@ -50,6 +50,13 @@ def print_skipped(errors: list[CheemsInputError], limit: int = 10) -> None:
         err.print(f"  {e}", soft_wrap=True)
     if len(errors) > limit:
         err.print(f"  ... and {len(errors) - limit} more (run `cheems validate` for all)")
+
+
+def print_reworded(reworded) -> None:
+    """The note on the questions whose scored rows word them differently, joined under their
+    question id (a :class:`~cheems.formats.RewordedQuestions`; nothing when there are none)."""
+    if reworded:
+        err.print(f"note: {reworded.note()}", soft_wrap=True)
 
 
 def fmt(x: Optional[float], digits: int = 4) -> str:

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from cheems.cli.app import FORMAT_HELP, app
-from cheems.cli.console import data_paths, err, out, print_skipped, reports_input_errors
+from cheems.cli.console import data_paths, err, out, print_reworded, print_skipped, reports_input_errors
 from cheems.records import CheemsInputError
 
 __all__ = ["error_kind", "example_data", "format_groups", "rank", "stats", "tasks", "validate"]
@@ -74,6 +74,7 @@ def rank(
     ranked = rank_annotations(annotations, output, report=report, keep_comparisons=keep_comparisons,
                               skip_invalid=skip_invalid, fmt=fmt)
     print_skipped(ranked.errors)
+    print_reworded(ranked.reworded)
     if not ranked.prompts:
         raise CheemsInputError("no valid prompts to rank; nothing written")
     _print_conflicts(ranked.report)
@@ -160,6 +161,8 @@ def _print_row_notes(res) -> None:
         if n:
             out.print(f"  {'warning' if what.startswith('hold') else 'note'}: {n} row(s) {what}", style="yellow",
                       soft_wrap=True)
+    if res.reworded:
+        out.print(f"  note: {res.reworded.note()}", style="yellow", soft_wrap=True)
 
 
 ERRORS_SHOWN_PER_KIND = 3
@@ -200,6 +203,7 @@ def stats(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """The paper's Table 1 statistics: prompts, responses, comparisons, average lengths."""
+    from cheems.formats import RewordedQuestions
     from cheems.formats.columnar_sums import columnar_stats
 
     table = Table(title="Dataset statistics")
@@ -208,33 +212,38 @@ def stats(
         table.add_column(col, justify="right")
     paths = data_paths(files)
     skipped: list[list] = [[] for _ in paths]
-    sums = [columnar_stats(path, errors if skip_invalid else None) for path, errors in zip(paths, skipped)] \
-        if fmt is None else [None]
+    reworded = RewordedQuestions()
+    sums = [columnar_stats(path, errors if skip_invalid else None, reworded)
+            for path, errors in zip(paths, skipped)] if fmt is None else [None]
     if None in sums:  # a file the columnar path leaves to the general readers: all read by them
-        _general_stats(table, files, paths, skip_invalid, fmt)
+        reworded = _general_stats(table, files, paths, skip_invalid, fmt)
     else:
         for f, s, errors in zip(files, sums, skipped):
             print_skipped(errors)
             _stats_row(table, str(f), s.stats())
         if len(files) > 1:
             _stats_row(table, "total", sum(sums[1:], sums[0]).stats())
+    print_reworded(reworded)
     out.print(table)
 
 
 def _general_stats(table: Table, files: List[Path], paths: List[Path], skip_invalid: bool,
-                   fmt: Optional[str]) -> None:
-    """The rows of :func:`stats` from the prompts the general readers read."""
-    from cheems.formats import read_prompts
+                   fmt: Optional[str]):
+    """The rows of :func:`stats` from the prompts the general readers read; returns the
+    questions whose scored rows word them differently (a RewordedQuestions)."""
+    from cheems.formats import RewordedQuestions, read_prompts
     from cheems.metrics import dataset_stats
 
-    everything = []
+    everything, reworded = [], RewordedQuestions()
     for f, path in zip(files, paths):
         res = read_prompts(path, skip_invalid=skip_invalid, fmt=fmt)
         print_skipped(res.errors)
+        reworded.add(res.reworded)
         everything.extend(res.prompts)
         _stats_row(table, str(f), dataset_stats(res.prompts))
     if len(files) > 1:
         _stats_row(table, "total", dataset_stats(everything))
+    return reworded
 
 
 def _stats_row(table: Table, name: str, s: dict) -> None:

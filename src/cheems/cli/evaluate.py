@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from cheems.cli.app import FORMAT_HELP, app
-from cheems.cli.console import (data_paths, err, judge_backend_for, out, print_skipped, progress,
+from cheems.cli.console import (data_paths, err, judge_backend_for, out, print_reworded, print_skipped, progress,
                                 reports_input_errors)
 from cheems.cli.eval_tables import print_eval, print_judge, report_encoding
 from cheems.cli.flags import build_settings, settings_flags
@@ -131,6 +131,7 @@ def _print_evaluation(result, json_out: Path | None, items_out: Path | None, jud
             write_json(report_tmp, result.report)
             write_jsonl(items_tmp, result.items)
     print_skipped(result.errors)
+    print_reworded(result.reworded)
     print_row_notes(result.repeated, result.identical, "evaluated")
     if result.repeated_scores:
         err.print(f"note: {result.repeated_scores} row(s) of the scores file repeat an earlier row's score; "
@@ -194,6 +195,7 @@ def score(
         detect_layout(model)  # checks the folder (weights, tokenizer, one label) before reading anything else
     res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, fmt=fmt)
     print_skipped(res.errors)
+    print_reworded(res.reworded)
     print_row_notes(repeated, sum(identical_responses(p) > 0 for p in res.prompts), "scored")
     if scorer is not None:
         return _score_with_baseline(res.prompts, scorer.value, seed, output)

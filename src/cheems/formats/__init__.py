@@ -41,6 +41,7 @@ from cheems.formats.join import (RepeatedRows, check_unique_ids, group_by_prompt
 from cheems.formats.llamafactory import SHAREGPT_ROLES
 from cheems.formats.official import ANNOTATION_LABELS, COMPARISON_KEYS, RESPONSE_KEYS
 from cheems.formats.read import ReadResult, Scores, read_many, read_prompts, read_scores
+from cheems.formats.result import RewordedQuestions
 from cheems.formats.registry import FORMAT_NAMES, FORMATS, ROW_FORMATS
 from cheems.formats.columnar_input import RowSource, batches_of, row_sources, source_chunks
 from cheems.formats.rows import NotPlain, iter_rows, row_chunks
@@ -48,7 +49,8 @@ from cheems.formats.spec import RowFormat
 from cheems.formats.write import score_rows
 
 __all__ = ["ANNOTATION_LABELS", "COMPARISON_KEYS", "CONSUMED", "ColumnarBatch", "FORMAT_NAMES", "FORMATS",
-           "RESPONSE_KEYS", "ROW_FORMATS", "RankedColumns", "RepeatedRows", "RowFormat", "RowSource", "SHAREGPT_ROLES", "Scores",
+           "RESPONSE_KEYS", "ROW_FORMATS", "RankedColumns", "RepeatedRows", "RewordedQuestions", "RowFormat",
+           "RowSource", "SHAREGPT_ROLES", "Scores",
            "category_field", "check_format", "check_unique_ids", "columnar_scores",
            "batches_of", "columnar_stats", "detect_format", "dump_row",
            "group_by_prompt", "iter_rows", "key_repeated_rows", "merge_prompts", "NotPlain", "occurrence_id",

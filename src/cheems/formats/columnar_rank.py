@@ -29,7 +29,7 @@ from cheems.formats.columnar import ColumnarBatch, dump_row
 from cheems.formats.columnar_input import RowSource, locate, read_positions, row_sources
 from cheems.formats.halves import batch_parts
 from cheems.formats.join import join_scored_rows, merge_prompts
-from cheems.formats.result import ReadResult
+from cheems.formats.result import ReadResult, RewordedQuestions
 from cheems.formats.rows import NotPlain
 from cheems.records import CheemsInputError, Prompt
 
@@ -44,11 +44,13 @@ _COUNTS = ("n_comparisons", "n_conflicts", "n_merged", "n_tie_groups", "n_uncomp
 @dataclass
 class RankedColumns:
     """What :func:`rank_columns` wrote: how many ranked prompts, the conflict report per subset
-    and in total (:func:`cheems.graph.conflict_report`), and the rows skipped with their errors."""
+    and in total (:func:`cheems.graph.conflict_report`), the rows skipped with their errors, and
+    the questions whose scored rows word them differently (joined, :attr:`ReadResult.reworded`)."""
 
     n_prompts: int
     report: dict
     errors: list[CheemsInputError] = field(default_factory=list)
+    reworded: RewordedQuestions = field(default_factory=RewordedQuestions)
 
 
 @dataclass
@@ -65,6 +67,7 @@ class _Ranked:
     positions: array = field(default_factory=lambda: array("q"))
     counts: dict = field(default_factory=lambda: {k: [] for k in _COUNTS})
     refused: array = field(default_factory=lambda: array("q"))
+    reworded: RewordedQuestions = field(default_factory=RewordedQuestions)  # of the rows the general readers read
 
     def add(self, lines: list[bytes], ids: list[str], subsets: list, positions, resolution, *, joined: bool) -> None:
         """Add some ranked prompts (``joined``: their lines as one bytes), ``resolution``
@@ -143,7 +146,7 @@ def rank_columns(annotations: Sequence[str | os.PathLike], output: str | os.Path
                 f.writelines(_in_order(columns, kept, objects))
             if report_tmp is not None:
                 write_json(report_tmp, stats)
-    return RankedColumns(n_prompts, stats, errors)
+    return RankedColumns(n_prompts, stats, errors, objects.reworded)
 
 
 def _ranked(sources: Sequence[RowSource], keep_comparisons: bool,
@@ -239,11 +242,11 @@ def _object_ranked(res: ReadResult, where: list[int], keep_comparisons: bool,
     if len(position_of) != len(where):
         raise NotPlain("one file given twice: its rows are told apart by position only")
     join_scored_rows(res)
+    out = _Ranked(reworded=res.reworded)
     first: dict[str, int] = {}
     for p, loc in zip(res.prompts, res.locations()):
         first.setdefault(p.id, position_of[loc])
     prompts, errors = rankable_prompts(res, skip_invalid)
-    out = _Ranked()
     if prompts:
         resolution = resolve_conflicts(prompts)
         for p, r in zip(prompts, resolution.ranks):

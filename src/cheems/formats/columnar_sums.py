@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from cheems.formats.columnar import ColumnarBatch
 from cheems.formats.columnar_input import batches_of, read_positions, row_sources, source_chunks
 from cheems.formats.join import join_scored_rows
+from cheems.formats.result import RewordedQuestions
 from cheems.formats.rows import NotPlain
 from cheems.records import CheemsInputError
 
@@ -23,16 +24,19 @@ if TYPE_CHECKING:
 __all__ = ["columnar_stats"]
 
 
-def columnar_stats(path: str | os.PathLike, errors: list | None = None) -> StatsSums | None:
+def columnar_stats(path: str | os.PathLike, errors: list | None = None,
+                   reworded: RewordedQuestions | None = None) -> StatsSums | None:
     """The sums of :class:`~cheems.metrics.StatsSums` over the prompts
     :func:`~cheems.formats.read.read_prompts` reads from a file, as
     :func:`cheems.metrics.dataset_stats` counts them: a ranked row gives every pair of different
     ranks, any other row its ``g`` and ``b`` comparisons (repeats included). Columnar rows are
     summed in batches, the rows no batch takes read by the general readers, their scored rows
-    joined. A bad row makes it None, or, when an ``errors`` list is given, is skipped and its
-    error appended there (as ``read_prompts(path, skip_invalid=True)`` skips it). None, with
-    nothing appended, for a file of no prompt or one the general path reads whole (Parquet,
-    TSV, a broken JSON list...). O(bytes + Σ n_p log n_p) for prompts of n_p responses."""
+    joined (the questions they word differently added to ``reworded`` when given, as
+    ``read_prompts`` gives them in :attr:`~cheems.formats.result.ReadResult.reworded`). A bad row
+    makes it None, or, when an ``errors`` list is given, is skipped and its error appended there
+    (as ``read_prompts(path, skip_invalid=True)`` skips it). None, with nothing appended, for a
+    file of no prompt or one the general path reads whole (Parquet, TSV, a broken JSON list...).
+    O(bytes + Σ n_p log n_p) for prompts of n_p responses."""
     from cheems.io import gc_paused
     from cheems.metrics import StatsSums
 
@@ -57,6 +61,8 @@ def columnar_stats(path: str | os.PathLike, errors: list | None = None) -> Stats
         return None
     if errors is not None:
         errors.extend(res.errors)
+    if reworded is not None:
+        reworded.add(res.reworded)
     return total
 
 

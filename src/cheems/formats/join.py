@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from cheems.formats.result import ReadResult
+from cheems.formats.result import ReadResult, RewordedQuestions
 from cheems.formats.scored import RANKED_BY, rank_scored
 from cheems.records import CheemsInputError, Comparison, Prompt, Response, prompt_key, rank_comparisons, response_id
 
@@ -24,13 +24,16 @@ __all__ = ["RepeatedRows", "check_unique_ids", "group_by_prompt", "join_scored_r
            "merge_prompts", "occurrence_id"]
 
 
-def merge_prompts(prompts: list[Prompt],
-                  locations: list[tuple[str, int]] | None = None) -> list[Prompt]:
+def merge_prompts(prompts: list[Prompt], locations: list[tuple[str, int]] | None = None, *,
+                  reworded: RewordedQuestions | None = None) -> list[Prompt]:
     """Join rows of the same prompt id (e.g. one row per annotated task) into one prompt.
 
     Rows with the same id must hold the same prompt (the first row's category and subset
     are kept); one id naming two different prompts is an error, since scores files address
-    responses by (prompt id, response id). Responses are united by id (first-seen order) and comparisons
+    responses by (prompt id, response id). With ``reworded`` (scored rows, whose id is the
+    source's question id: :func:`join_scored_rows`) such rows are joined all the same, the
+    first row's wording kept, and the id is added to ``reworded``. Responses are united by id
+    (first-seen order; two responses of the same text under two ids stay two) and comparisons
     concatenated; a response id given two different contents is an error located by
     ``locations[i]`` = (file, line) of row i when given. Rows without an ``id`` share one only
     when they hold the same prompt and responses (:func:`~cheems.formats.fields.row_id`); to
@@ -41,14 +44,20 @@ def merge_prompts(prompts: list[Prompt],
     if not repeated:
         return list(prompts)
     merged: dict[str, Prompt] = {}
+    reworded_ids: set[str] = set()
     for i, p in enumerate(prompts):
         if p.id not in repeated:
             merged[p.id] = p
             continue
         q = merged.get(p.id)
         if q is not None and q.prompt != p.prompt:
-            raise CheemsInputError(f"prompt id {p.id!r} names two different prompts; give them distinct ids",
-                                   field="id", **_where(locations, i))
+            if reworded is None:
+                raise CheemsInputError(f"prompt id {p.id!r} names two different prompts; give them distinct ids",
+                                       field="id", **_where(locations, i))
+            if p.id not in reworded_ids:  # each question once, located at its first reworded row
+                reworded_ids.add(p.id)
+                reworded.ids.append(p.id)
+                reworded.first = reworded.first or (locations[i] if locations else None)
         if q is None:
             merged[p.id] = Prompt(p.id, p.prompt, list(p.responses), p.rank, list(p.comparisons),
                                   p.category, p.subset, dict(p.extra))
@@ -69,13 +78,16 @@ def join_scored_rows(res: ReadResult) -> None:
     """Join, in place, the scored rows of one prompt (one response each, :mod:`cheems.formats.scored`)
     into one prompt ranked by score (:func:`merge_prompts`, then
     :func:`~cheems.formats.scored.rank_scored`). The joined prompt takes the place, line and file
-    of its first row; other rows stay as they are. O(rows)."""
+    of its first row; other rows stay as they are. The rows' key is the source's question id, so
+    rows of one id that word the question differently are one prompt, worded as the first row
+    words it (LLMEval-2 showed some models another wording); such questions are added to
+    ``res.reworded``. O(rows)."""
     scored = [i for i, p in enumerate(res.prompts) if RANKED_BY in p.extra]
     if not scored:
         return
     locations = res.locations()
     joined = {p.id: p for p in rank_scored(merge_prompts([res.prompts[i] for i in scored],
-                                                         [locations[i] for i in scored]))}
+                                                         [locations[i] for i in scored], reworded=res.reworded))}
     keep, placed = [], set()
     for i, p in enumerate(res.prompts):
         if RANKED_BY not in p.extra:

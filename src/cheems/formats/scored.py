@@ -15,8 +15,11 @@
 Each row is one prompt with one response (:func:`parse_scored`); its prompt id is the row's question
 id (``question_id``, ``question_uuid``, ``prompt_id``) or, without one, the prompt's
 (:func:`~cheems.records.prompt_id`), so every row of one prompt carries the same id. The rows of one
-prompt are joined as the rows of one task are (:func:`cheems.formats.join.merge_prompts`), then
+prompt are joined as the rows of one task are (:func:`cheems.formats.join.join_scored_rows`), then
 :func:`rank_by_score` ranks the joined responses: higher score better, equal scores tied, rank 0 best.
+The question id is the source's key: rows of one id that word the question differently are one
+prompt, worded as the first (LLMEval-2), and responses are told apart by their answer ids, so two
+models' answers of the same text stay two responses.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cheems.benchmark import read_benchmark
-from cheems.formats import RepeatedRows, read_scores
+from cheems.formats import RepeatedRows, RewordedQuestions, read_scores
 from cheems.metrics import benchmark_fingerprint, check_ties, evaluate_scores
 from cheems.records import CheemsInputError, identical_responses
 from cheems.settings import is_integer
@@ -44,6 +44,7 @@ class Evaluation:
     identical: int = 0  # rows holding two or more responses of identical text (scored, a tie between them)
     repeated_scores: int = 0  # rows of the SCORES file that repeat an earlier row's score, counted once
     items: list[dict] = field(default_factory=list)  # per prompt, its pairs' outcomes (cheems.metrics.prompt_items)
+    reworded: RewordedQuestions = field(default_factory=RewordedQuestions)  # questions joined across wordings
 
 
 def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.PathLike | None = None,
@@ -85,7 +86,7 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
     res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, require_rank=True, fmt=fmt,
                                    empty="no valid prompts to evaluate", dedupe=dedupe)
     evaluation = Evaluation({}, res.errors, repeated=repeated,
-                            identical=sum(identical_responses(p) > 0 for p in res.prompts))
+                            identical=sum(identical_responses(p) > 0 for p in res.prompts), reworded=res.reworded)
     stats = dict(n_bootstrap=n_bootstrap, seed=seed, ties=ties)
     if judge is not None:
         from cheems.scoring.bench_judge import judge_bench, judge_items
