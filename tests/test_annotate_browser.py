@@ -158,8 +158,9 @@ def artifacts(tmp_path) -> Path:
     return folder
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser():
+    """One Chromium for the module: each page opens in a fresh context (its own cookies)."""
     require_browser()
     from playwright.sync_api import sync_playwright
 

@@ -211,7 +211,7 @@ def check_rank(paths, tmp: Path, keep_comparisons: bool) -> bool:
     return True
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(annotation_files(), st.booleans())
 def test_rank_writes_the_bytes_of_the_object_path(files, keep_comparisons):
     with tempfile.TemporaryDirectory() as d:
@@ -219,7 +219,7 @@ def test_rank_writes_the_bytes_of_the_object_path(files, keep_comparisons):
         event("columnar" if check_rank(write_files(files, tmp), tmp, keep_comparisons) else "general")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(annotation_files())
 def test_stats_are_those_of_the_object_path(files):
     with tempfile.TemporaryDirectory() as d:
@@ -288,7 +288,7 @@ def test_rows_the_columnar_path_leaves_to_the_general_readers(tmp_path):
     assert columnar_stats(write_jsonl_rows(tmp_path / "rows.csv", [row])) is None
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(annotation_files(bad=True), st.sampled_from(["rank", "stats"]))
 def test_bad_rows_give_the_error_of_the_object_path(files, command):
     """The CLI as a user runs it, with the columnar path and without: the same output, the same
@@ -372,7 +372,7 @@ def _two_processes_forced(mp, calls: list) -> None:
     mp.setattr(halves, "in_two_processes", counted)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(annotation_files(), st.booleans())
 def test_rank_in_two_processes_writes_the_bytes_of_the_object_path(files, keep_comparisons):
     """Each half of the lines ranked by its own process: the same output, report and refusals."""

@@ -112,7 +112,7 @@ def both_paths(run, output: Path, columns: str) -> tuple:
     return fast, reference, any(taken)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(judged_files(), st.sampled_from(SCORE_CHOICES), st.sampled_from([3, 1000]),
        st.sampled_from(["cycles", "all"]), st.sampled_from([0.0, 0.5, 2]))
 def test_resolve_writes_the_bytes_of_the_object_path(files, scores_choice, levels, scope, margin):
@@ -127,7 +127,7 @@ def test_resolve_writes_the_bytes_of_the_object_path(files, scores_choice, level
         event("columnar" if columnar else "object path")
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(judged_files(), st.sampled_from(SCORE_CHOICES), st.sampled_from(["cycles", "all"]))
 def test_resolve_in_two_processes_writes_the_bytes_of_the_object_path(files, scores_choice, scope):
     """Each half of the lines resolved by its own process (however small the input): the same
@@ -155,7 +155,7 @@ def test_resolve_in_two_processes_writes_the_bytes_of_the_object_path(files, sco
         event(("two processes" if forks else "one") + (", columnar" if columnar else ", object path"))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(judged_files(), st.integers(0, 2 ** 32 - 1), st.sampled_from([0, 1, 3]))
 def test_debias_writes_the_bytes_of_the_object_path(files, seed, tolerance):
     with tempfile.TemporaryDirectory() as d:

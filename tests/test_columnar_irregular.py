@@ -187,7 +187,7 @@ def _force_two_processes(mp) -> None:
     mp.setattr(halves, "_may_fork", lambda: True)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(irregular_files(), st.booleans(), st.booleans(), st.booleans())
 def test_rank_on_irregular_files_is_the_object_path(files, keep_comparisons, skip_invalid, two_processes):
     with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
@@ -211,7 +211,7 @@ def _stats(path: Path, skip_invalid: bool):
     return fast, (dataset_stats(res.prompts), [str(e) for e in res.errors])
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(irregular_files(), st.booleans())
 def test_stats_on_irregular_files_are_the_object_path(files, skip_invalid):
     with tempfile.TemporaryDirectory() as d:
@@ -221,7 +221,7 @@ def test_stats_on_irregular_files_are_the_object_path(files, skip_invalid):
             event("object path" if fast is None else "columnar")
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(irregular_files(), st.sampled_from(["rank", "stats"]), st.booleans())
 def test_the_cli_on_irregular_files_prints_what_the_object_path_prints(files, command, skip_invalid):
     """`cheems rank` and `cheems stats` as a user runs them, with the columnar path and without:
@@ -233,7 +233,7 @@ def test_the_cli_on_irregular_files_prints_what_the_object_path_prints(files, co
                              *(["--skip-invalid"] if skip_invalid else [])])
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(st.one_of(irregular_files(), irregular_files(READABLE)), st.sampled_from(SCORE_CHOICES),
        st.sampled_from(["resolve", "debias"]), st.booleans())
 def test_curation_on_irregular_files_is_the_object_path(files, scores_choice, stage, two_processes):

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT, run_cli_in
+from tests.warm_cheems import warm_cheems
 
 EXAMPLES = REPO_ROOT / "examples"
 
@@ -23,23 +24,25 @@ SCRIPTS = {"curation": EXAMPLES / "curation" / "run.sh", "report": EXAMPLES / "r
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory) -> dict[str, Path]:
-    """Every example script run as ``bash SCRIPT OUT`` from an empty folder of its own, with this interpreter's
-    ``cheems`` and ``python3`` first on PATH; the scripts run side by side (one torch thread each), as two
-    users' runs would. Returns each script's folder."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "EPOCHS": "1", "OMP_NUM_THREADS": "1"}
+    """Every example script run as ``bash SCRIPT OUT`` from an empty folder of its own, with
+    ``cheems`` (the warm one of tests/warm_cheems.py: each command a process of its own, forked
+    after the slow imports) and this interpreter's ``python3`` first on PATH; the scripts run side
+    by side (one torch thread each), as two users' runs would. Returns each script's folder."""
+    env = {**os.environ, "EPOCHS": "1", "OMP_NUM_THREADS": "1"}
     env.pop("OPENAI_API_KEY", None)
     folders = {name: tmp_path_factory.mktemp(f"example-{name}") for name in SCRIPTS}
-    procs = {name: subprocess.Popen(["bash", str(script), "out"], cwd=folders[name], env=env, text=True,
-                                    encoding="utf-8", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for name, script in SCRIPTS.items()}
-    for name, proc in procs.items():
-        try:
-            stdout, stderr = proc.communicate(timeout=2 * HANG_TIMEOUT_S)
-        finally:
-            proc.kill()
-        assert proc.returncode == 0, f"{SCRIPTS[name].name} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
-        assert "Traceback" not in stderr
+    with warm_cheems(tmp_path_factory.mktemp("warm-cheems"), env) as bin_folder:
+        env["PATH"] = os.pathsep.join([str(bin_folder), str(Path(sys.executable).parent), env.get("PATH", "")])
+        procs = {name: subprocess.Popen(["bash", str(script), "out"], cwd=folders[name], env=env, text=True,
+                                        encoding="utf-8", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for name, script in SCRIPTS.items()}
+        for name, proc in procs.items():
+            try:
+                stdout, stderr = proc.communicate(timeout=2 * HANG_TIMEOUT_S)
+            finally:
+                proc.kill()
+            assert proc.returncode == 0, f"{SCRIPTS[name].name} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+            assert "Traceback" not in stderr
     return folders
 
 

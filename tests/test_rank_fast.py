@@ -98,7 +98,7 @@ def write_files(files, tmp: Path, line_end: str = "\n\n") -> list[Path]:
     return paths
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(plain_files(), st.booleans(), st.booleans())
 def test_fast_path_writes_what_the_general_path_writes(files, keep_comparisons, report):
     with tempfile.TemporaryDirectory() as d:
