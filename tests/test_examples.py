@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import HANG_TIMEOUT_S, REPO_ROOT, run_cli_in
-from tests.warm_cheems import warm_cheems
+from tests.warm_cheems import WarmParent
 
 EXAMPLES = REPO_ROOT / "examples"
 
@@ -31,8 +31,10 @@ def ran(tmp_path_factory) -> dict[str, Path]:
     env = {**os.environ, "EPOCHS": "1", "OMP_NUM_THREADS": "1"}
     env.pop("OPENAI_API_KEY", None)
     folders = {name: tmp_path_factory.mktemp(f"example-{name}") for name in SCRIPTS}
-    with warm_cheems(tmp_path_factory.mktemp("warm-cheems"), env) as bin_folder:
-        env["PATH"] = os.pathsep.join([str(bin_folder), str(Path(sys.executable).parent), env.get("PATH", "")])
+    parent = WarmParent.start(tmp_path_factory.mktemp("warm-cheems"), env)
+    try:
+        env["PATH"] = os.pathsep.join([str(parent.client_script().parent), str(Path(sys.executable).parent),
+                                       env.get("PATH", "")])
         procs = {name: subprocess.Popen(["bash", str(script), "out"], cwd=folders[name], env=env, text=True,
                                         encoding="utf-8", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                  for name, script in SCRIPTS.items()}
@@ -43,6 +45,8 @@ def ran(tmp_path_factory) -> dict[str, Path]:
                 proc.kill()
             assert proc.returncode == 0, f"{SCRIPTS[name].name} failed:\n{stdout[-3000:]}\n{stderr[-3000:]}"
             assert "Traceback" not in stderr
+    finally:
+        parent.stop()
     return folders
 
 
