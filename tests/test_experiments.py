@@ -416,6 +416,7 @@ BAD_GRIDS = [
     ("train: {epochs: 0}\n", "train.epochs", "at least 1"),
     ("train: {output: x}\n", "train.output", "set by the experiment"),
     ("train: {seed: 3}\n", "train.seed", "the grid's seeds"),
+    ("train: {lm_coef: 0.5}\n", "train.lm_coef", "applies to objective dual only, not bt"),
     ("eval: {batch_sise: 8}\n", "eval.batch_sise", "unknown setting 'batch_sise'"),
     ("eval: {device: gpu}\n", "eval.device", "cpu, cuda or cuda:N"),
     ("data_sizes: [100, some]\n", "data_sizes[1]", "positive number of pairs or 'all'"),

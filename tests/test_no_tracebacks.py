@@ -245,8 +245,85 @@ def test_train_on_a_full_disk(train_folder, monkeypatch, only_in):
     assert_one_error_line(r, f"{out.name}: cannot write: No space left on device")
     assert not any((out / name).exists() for name in MODEL_FILES)  # no final model that looks whole
     assert not (out / ".final-model.tmp").exists()
-    if only_in is None:  # no checkpoint that looks whole either
-        assert not [p for p in out.glob("checkpoint-*")]
+    if only_in is None:  # nothing saved whole: nothing left, not even the metrics log or the folder
+        assert not out.exists()
+    else:  # the epochs' checkpoints were saved whole: a run to resume, its log up to the last of them
+        last = max(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+        log = (out / "train_log.jsonl").read_text(encoding="utf-8").splitlines()
+        assert [json.loads(line)["step"] for line in log] == list(range(1, last + 1))
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes | None]:
+    """Every file (its bytes) and folder (None) under ``folder``, by relative path."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+def test_a_resumed_run_on_a_full_disk_leaves_the_earlier_run_as_it_was(train_folder, monkeypatch):
+    fast = ("--micro-batch-size", "64", "--save-every", "1", "--max-length", "128", "--truncate")  # 2 steps
+    r = run_cli_in(train_folder, *TRAIN, *fast, "--output", "earlier")
+    assert r.returncode == 0, r.stderr
+    earlier = train_folder / "earlier"
+    # as a kill after step 2 leaves it: step 1's checkpoint, step 2 logged, a line cut short
+    import shutil
+    shutil.rmtree(earlier / "checkpoint-2")
+    (earlier / "train_summary.json").unlink()
+    with open(earlier / "train_log.jsonl", "a", encoding="utf-8") as f:
+        f.write('{"step": 3')
+    before = folder_bytes(earlier)
+    full_disk(monkeypatch)  # the next checkpoint fails, after the resumed run rewrote and appended to the log
+    r = run_cli_in(train_folder, *TRAIN, *fast, "--output", "earlier", "--resume")
+    assert_one_error_line(r, "earlier: cannot write: No space left on device")
+    assert folder_bytes(earlier) == before
+
+
+def test_a_generative_run_on_a_full_disk_leaves_nothing(train_folder, causal_lm_model, monkeypatch):
+    rows = (train_folder / "bench.jsonl").read_text(encoding="utf-8").splitlines()[:3]
+    (train_folder / "three.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    full_disk(monkeypatch)
+    r = run_cli_in(train_folder, "train", "--objective", "generative", "--model", causal_lm_model, "--train",
+                   "three.jsonl", "--output", "judge", "--epochs", "1", "--gradient-accumulation", "1",
+                   "--micro-batch-size", "64")
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "error: judge: cannot write: No space left on device", r.stderr
+    assert not (train_folder / "judge").exists()
+
+
+def test_what_a_run_saved_whole_before_the_disk_filled_stays(tmp_path):
+    """The folder put back after a failed write: new files gone and the log's bytes restored,
+    unless the run saved a whole checkpoint: that stays, with the log up to its step."""
+    from cheems.training.output_folder import OutputBefore, put_back
+
+    out = tmp_path / "out"
+    (out / "checkpoint-2").mkdir(parents=True)
+    (out / "checkpoint-2" / "trainer_state.json").write_text('{"step": 2}', encoding="utf-8")
+    (out / "train_log.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3}\n{"st', encoding="utf-8")
+    (out / "runs").mkdir()
+    (out / "runs" / "events.1").write_bytes(b"1")
+    before = OutputBefore.of(out)
+    was = folder_bytes(out)
+
+    def run_on(saved: bool) -> None:  # what a resumed run writes before the disk fills
+        (out / "train_log.jsonl").write_text("".join(f'{{"step": {s}}}\n' for s in range(1, 6)), encoding="utf-8")
+        (out / "runs" / "events.2").write_bytes(b"2")
+        (out / ".final-model.tmp").mkdir()
+        (out / ".checkpoint-6.tmp").mkdir()
+        if saved:
+            (out / "checkpoint-4").mkdir()
+            (out / "checkpoint-4" / "trainer_state.json").write_text('{"step": 4}', encoding="utf-8")
+
+    run_on(saved=False)
+    put_back(out, before)
+    assert folder_bytes(out) == was
+    run_on(saved=True)
+    put_back(out, before)
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "checkpoint-4", "runs", "train_log.jsonl"]
+    assert (out / "train_log.jsonl").read_text(encoding="utf-8") == "".join(f'{{"step": {s}}}\n' for s in range(1, 5))
+    new = tmp_path / "new"
+    run_on_new = OutputBefore.of(new)
+    (new / "runs").mkdir(parents=True)
+    (new / "train_log.jsonl").write_text('{"step": 1}\n', encoding="utf-8")
+    put_back(new, run_on_new)
+    assert not new.exists()
 
 
 # ----------------------------------------------------------------------------- a busy machine

@@ -38,8 +38,8 @@ PROBED = 4096
 
 LIMIT = 3000
 """Forward batches of more tokens than this run out of memory (the twelve prompts below make
-batches of 891 to 3457 tokens; the first one over the limit after step 2 is step 3's 3457,
-so the run goes on at smaller_budget(3457) = 2560 tokens, under the limit: one lowering)."""
+batches of 891 to 3449 tokens; the first one over the limit after step 2 is step 3's 3449,
+so the run goes on at smaller_budget(3449) = 2560 tokens, under the limit: one lowering)."""
 
 SETTINGS = dict(epochs=2, gradient_accumulation=2, token_budget="auto", save_every=2, learning_rate=5e-4,
                 share_prefix=False)  # the limit is on the row's tokens: every sequence whole
@@ -179,7 +179,7 @@ def test_auto_goes_on_at_a_smaller_budget_with_the_same_steps(seq_cls_model, dat
                     notify=notes.append)
     assert oom.raised == 1
     said = [n for n in notes if "out of GPU memory" in n]
-    assert said == ["note: out of GPU memory on a forward batch of 3457 tokens at token budget 4096 (found by "
+    assert said == ["note: out of GPU memory on a forward batch of 3449 tokens at token budget 4096 (found by "
                     "--token-budget auto) at step 3; going on at token budget 2560 (the step is done again in "
                     "smaller forward batches, on the same pairs)"]
     assert summary["steps"] == plain["steps"] == summary["total_steps"] == len(oom.losses) == 8

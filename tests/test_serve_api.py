@@ -2,7 +2,8 @@
 real HTTP with httpx, tiny real reward models (tests/tiny_models.py).
 
 The numbers: /v1/score on cheems rows, /get_reward on the same conversations rendered with the
-model's chat template (tokenized as given) and /classify as verl sends them (the template's BOS
+model's chat template (tokenized as given), as OpenRLHF (ending at EOS) and TRL (prompt +
+completion, no end-of-turn token) send them, and /classify as verl sends them (the template's BOS
 text stripped, vLLM adding special tokens) all equal what `cheems score` writes for those rows,
 for a sequence-classification model, the v-head layout and a tokenizer that adds BOS itself.
 32 concurrent clients each get their own scores, equal to one at a time. The boundary: sizes
@@ -170,6 +171,17 @@ def test_every_route_scores_as_cheems_score(served, rows):
     assert reward.status_code == 200, reward.text
     assert reward.json()["rewards"] == reward.json()["scores"]
     assert close(reward.json()["rewards"], expected, ATOL_CHEEMS_SCORE)
+
+    # OpenRLHF's decode ending at EOS and TRL's prompt + completion: read where the rendering is read
+    from transformers import AutoTokenizer
+
+    from cheems.formats import parse_row
+    from tests.client_texts import client_forms
+
+    forms = client_forms(AutoTokenizer.from_pretrained(model), [parse_row(row) for row in rows])
+    for form in ("openrlhf", "trl"):
+        reward = server.post("/get_reward", {"query": forms[form]})
+        assert close(reward.json()["rewards"], expected, ATOL_CHEEMS_SCORE), form
 
     verl = as_verl_sends(model, texts)
     raw = [server.post("/classify", {"model": server.name, "input": t, "activation": False}).json() for t in verl]

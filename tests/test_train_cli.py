@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.conftest import run_cli_in
+from tests.test_cli import assert_one_line_error
 from tests.tiny_models import copy_checkpoint
 
 pytestmark = pytest.mark.usefixtures("single_torch_thread")
@@ -58,3 +59,64 @@ def test_train_bad_input_is_one_line(workdir):
     r = _cli(workdir, "train", "--model", "tiny", "--train", "bench.jsonl", "--output", "z", "--liger-kernels")
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "Liger" in r.stderr and "CUDA" in r.stderr and not (workdir / "z").exists(), r.stderr
+
+
+# ----------------------------------------------------------------------------- settings of one objective
+
+OTHER_OBJECTIVES_SETTINGS = [  # (flags, the setting refused, the objectives it applies to, the run's objective)
+    (("--lm-coef", "0.5"), "--lm-coef", "dual", "bt"),
+    (("--label-smoothing", "0.2"), "--label-smoothing", "generative", "bt"),
+    (("--judge-ties",), "--judge-ties", "generative", "bt"),
+    (("--objective", "dual", "--judge-template", "t.json"), "--judge-template", "generative", "dual"),
+    (("--objective", "dual", "--judge-language", "en"), "--judge-language", "generative", "dual"),
+    (("--objective", "generative", "--lm-coef", "0.5"), "--lm-coef", "dual", "generative"),
+    (("--objective", "generative", "--reg-coef", "0.5"), "--reg-coef", "bt and dual", "generative"),
+]
+
+
+@pytest.mark.parametrize("flags,refused,applies_to,objective", OTHER_OBJECTIVES_SETTINGS,
+                         ids=[case[1] + "-with-" + case[3] for case in OTHER_OBJECTIVES_SETTINGS])
+def test_a_setting_of_another_objective_is_refused_before_anything_is_read(tmp_path, flags, refused, applies_to,
+                                                                           objective):
+    # no model and no training file: the setting is refused before either is looked for
+    r = _cli(tmp_path, "train", "--model", "no-model", "--train", "no-data.jsonl", "--output", "out", *flags)
+    assert_one_line_error(r, f"{refused}: applies to objective {applies_to} only, not {objective}")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_setting_at_its_default_or_with_its_objective_passes():
+    from cheems.training.config import TrainConfig
+
+    TrainConfig(model="m", train=["t"], output="o", objective="bt", lm_coef=0.01, judge_language="zh")  # defaults
+    TrainConfig(model="m", train=["t"], output="o", objective="generative", judge_ties=True, label_smoothing=0.2)
+    TrainConfig(model="m", train=["t"], output="o", objective="dual", lm_coef=0.5, reg_coef=0.2)
+
+
+def test_a_setting_of_another_objective_is_refused_from_a_yaml_file_and_from_python(workdir):
+    from cheems.records import CheemsInputError
+    from cheems.training.config import TrainConfig
+
+    (workdir / "judge.yaml").write_text("model: tiny\ntrain: bench.jsonl\noutput: no-judge\njudge_ties: true\n",
+                                        encoding="utf-8")
+    r = _cli(workdir, "train", "--config", "judge.yaml")
+    assert_one_line_error(r, "judge.yaml: judge_ties: applies to objective generative only, not bt")
+    r = _cli(workdir, "train", "--config", "judge.yaml", "--objective", "dual")  # the flag's objective, the file's
+    assert_one_line_error(r, "judge.yaml: judge_ties: applies to objective generative only, not dual")
+    assert not (workdir / "no-judge").exists()
+    config = TrainConfig(model="tiny", train=["bench.jsonl"], output="o", objective="dual", lm_coef=0.5)
+    config.objective = "bt"  # changed after it was built: train() checks it again
+    with pytest.raises(CheemsInputError) as e:
+        config.validate()
+    assert (e.value.field, e.value.message) == ("lm_coef", "applies to objective dual only, not bt; leave it out")
+
+
+# ----------------------------------------------------------------------------- the model an objective starts from
+
+@pytest.mark.parametrize("objective", ["dual", "generative"])
+def test_a_causal_lm_objective_refuses_a_reward_model_before_reading_the_data(workdir, objective):
+    (workdir / "unread.jsonl").write_text("not a row\n", encoding="utf-8")  # read first, it would be the error
+    r = _cli(workdir, "train", "--model", "tiny", "--train", "unread.jsonl", "--output", f"from-rm-{objective}",
+             "--objective", objective)
+    assert_one_line_error(r, f"tiny: objective {objective} starts from a causal LM; this folder holds a reward "
+                          "model (Qwen2ForSequenceClassification), which has no LM head to train")
+    assert not (workdir / f"from-rm-{objective}").exists()

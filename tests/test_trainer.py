@@ -105,10 +105,12 @@ def test_saved_model_loads_with_transformers_and_cheems(seq_cls_model, tiny_prom
     model = AutoModelForSequenceClassification.from_pretrained(out).eval()
     tok = AutoTokenizer.from_pretrained(out)
     rm = load_reward_model(out)
+    assert rm.reward_position == "end_of_turn"  # recorded in config.json: where training read the reward
     p = rows[0]
     scores = rm.score([(p["prompt"], r["content"]) for r in p["responses"]])
     for r, s in zip(p["responses"], scores):
         ids = rm.encode(p["prompt"], r["content"])
+        assert ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")  # the end-of-turn token, not the newline after
         with torch.no_grad():
             own = model(input_ids=torch.tensor([ids])).logits[0, 0].item()
         assert own == pytest.approx(s, abs=1e-4)

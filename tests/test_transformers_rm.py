@@ -333,7 +333,8 @@ def test_encoding_many_at_once_equals_encoding_one_by_one(request, model, max_le
     from cheems.models.sequences import encode_conversations
 
     got = encode_conversations(many.tokenizer, items, max_length=max_length, truncation=truncation,
-                               stats=many.stats, chunk=7)  # chunks that do not divide the items
+                               stats=many.stats, reward_position=many.reward_position,
+                               chunk=7)  # chunks that do not divide the items
     assert got == want
     assert dataclasses.asdict(many.stats) == dataclasses.asdict(one.stats)
     assert one.stats.sequences == len(items)

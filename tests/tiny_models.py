@@ -148,6 +148,35 @@ def build_classifier(path: Path, tokenizer_dir: Path, num_labels: int) -> Path:
     return path
 
 
+# Llama-3's turns: BOS written by the template (and added by the tokenizer too), the reply trimmed,
+# each turn closed by <|eot_id|> with nothing after it (no newline, unlike ChatML).
+EOT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+    "{{ m['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
+
+
+def build_eot_template_model(path: Path, texts: list[str], *, seed: int = 0) -> Path:
+    """A tiny Qwen2ForSequenceClassification whose tokenizer is Llama-3 shaped: it adds ``<s>``
+    itself, its template writes it too (`EOT_TEMPLATE`), and EOS is the end-of-turn token
+    ``<|eot_id|>`` (as Llama-3.1-Instruct's tokenizer_config.json says)."""
+    import torch
+    from transformers import Qwen2ForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    from cheems.training.init_model import train_tokenizer
+
+    hf_logging.disable_progress_bar()
+    tok = train_tokenizer(texts, vocab_size=VOCAB_SIZE, add_bos=True, chat_template=EOT_TEMPLATE)
+    tok.add_special_tokens({"additional_special_tokens": ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
+    tok.eos_token = "<|eot_id|>"
+    torch.manual_seed(seed)
+    Qwen2ForSequenceClassification(tiny_config(tok)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 @dataclass(frozen=True)
 class VHeadModel:
     """A v-head checkpoint and the head weights the test wrote into it."""
@@ -228,6 +257,13 @@ def bos_template_model(tiny_models_root, tiny_texts) -> Path:
     d = build_seq_cls(tiny_models_root / "bos-template", tiny_texts, add_bos=True)
     set_chat_template(d, "{{ bos_token }}" + CHAT_TEMPLATE)
     return d
+
+
+@pytest.fixture(scope="session")
+def eot_template_model(tiny_models_root, tiny_texts) -> Path:
+    """Llama-3 shaped turns: each closed by ``<|eot_id|>`` with no newline after it (`EOT_TEMPLATE`)."""
+    require_models_extra()
+    return build_eot_template_model(tiny_models_root / "eot-template", tiny_texts, seed=3)
 
 
 @pytest.fixture(scope="session")

@@ -55,7 +55,8 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
     def ready(url: str) -> None:
         token = "; a bearer token is asked" if built.protected else ""
         print(f"cheems serve: ready at {url} (model {built.model_name}, {built.layout or 'vllm'}, max length "
-              f"{built.max_length}{token}); Ctrl+C stops", file=sys.stderr, flush=True)
+              f"{built.max_length}, reward read at {built.reward_position}{token}); Ctrl+C stops", file=sys.stderr,
+              flush=True)
 
     run_server(built, settings, ready)
 

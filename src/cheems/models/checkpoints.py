@@ -30,10 +30,11 @@ from typing import Iterator, Sequence
 
 from cheems.records import CheemsInputError
 
-__all__ = ["MISSING_EXTRA", "NOT_SCORED", "TOKENIZER_FILES", "WEIGHT_FILES", "WEIGHT_INDEXES", "best_attention",
-           "check_model_folder", "detect_layout", "file_digest", "load_classifier", "load_tensors", "load_tokenizer",
-           "model_file_digests", "model_fingerprint", "quiet_transformers", "require_torch", "resolve_dtype",
-           "tensor_names", "unwrap_peft", "value_head_source", "weights_that_fit"]
+__all__ = ["CAUSAL_LM_ARCHITECTURES", "MISSING_EXTRA", "NOT_SCORED", "TOKENIZER_FILES", "WEIGHT_FILES",
+           "WEIGHT_INDEXES", "best_attention", "check_model_folder", "detect_layout", "file_digest", "load_classifier",
+           "load_tensors", "load_tokenizer", "model_file_digests", "model_fingerprint", "model_kind",
+           "quiet_transformers", "require_torch", "resolve_dtype", "tensor_names", "unwrap_peft", "value_head_source",
+           "weights_that_fit"]
 
 MISSING_EXTRA = "scoring with transformers models needs the models extra: pip install 'cheems[models]'"
 
@@ -292,6 +293,24 @@ def detect_layout(path: str | Path) -> str:
         f"cannot tell how to score with this checkpoint (architectures {archs}); expected a "
         "*ForSequenceClassification model with one label or a causal LM with a v_head",
         file=str(path))
+
+
+CAUSAL_LM_ARCHITECTURES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
+"""How the ``architectures`` of a model with an LM head end in its ``config.json``."""
+
+
+def model_kind(config: dict) -> str | None:
+    """What a checkpoint's ``config.json`` (``config``) says the folder holds, from its
+    ``architectures`` alone (nothing loaded): ``causal-lm`` (an LM head, CAUSAL_LM_ARCHITECTURES;
+    a v-head checkpoint too), ``seq-cls`` (a ``*ForSequenceClassification``), or None when it
+    names neither."""
+    archs = config.get("architectures")
+    archs = [str(a) for a in archs] if isinstance(archs, list) else []
+    if any(a.endswith(CAUSAL_LM_ARCHITECTURES) for a in archs):
+        return "causal-lm"
+    if any(a.endswith("ForSequenceClassification") for a in archs):
+        return "seq-cls"
+    return None
 
 
 def value_head_source(path: Path) -> tuple[Path, dict[str, str]] | None:

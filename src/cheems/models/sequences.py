@@ -1,20 +1,23 @@
 """Conversations as token sequences, in batches: what scoring and training feed a reward model.
 
 Each (prompt, response) goes through the tokenizer's chat template as one conversation
-(:func:`encode_conversation`); the scoring back-ends all encode through `ConversationEncoder`,
-so each hands its model the same tokens. Sequences are packed into batches under a
-padded-token budget (:func:`plan_batches`, :func:`pack_in_order`), padded on the right to
-each batch's longest sequence only (:func:`pad_right`), and the reward is read at each
-sequence's own last real token (:func:`reward_at_last_token`), so scores do not depend on
-batch size or order.
+(:func:`encode_conversation`) and ends where the model's reward is read
+(:mod:`cheems.models.reward_position`: at the end-of-turn token for what `cheems train` trains);
+the scoring back-ends all encode through `ConversationEncoder`, so each hands its model the same
+tokens. Sequences are packed into batches under a padded-token budget (:func:`plan_batches`,
+:func:`pack_in_order`), padded on the right to each batch's longest sequence only
+(:func:`pad_right`), and the reward is read at each sequence's own last real token
+(:func:`reward_at_last_token`), so scores do not depend on batch size or order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Sequence
 
 from cheems.models.checkpoints import require_torch
+from cheems.models.reward_position import TRAINED, RewardPosition
 from cheems.records import CheemsInputError, PromptText
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "ConversationEncoder", "EncodeStats", "apply_head", "chat_text",
@@ -44,21 +47,26 @@ class EncodeStats:
 
 
 def encode_conversation(tokenizer, prompt: PromptText, response: str, *, max_length: int, truncation: str,
-                        stats: EncodeStats) -> list[int]:
-    """Token ids of (prompt turns + response as the assistant turn) through the chat template.
+                        stats: EncodeStats, reward_position: str | RewardPosition = TRAINED) -> list[int]:
+    """Token ids of (prompt turns + response as the assistant turn) through the chat template,
+    ending where ``reward_position`` reads the reward (a rule or a built `RewardPosition`;
+    default: the rule `cheems train` trains with; :mod:`cheems.models.reward_position`).
 
     A BOS written by the template and added again by the tokenizer is removed once and
     counted; sequences over ``max_length`` are cut (``left`` keeps the end) and counted.
     """
     return encode_conversations(tokenizer, [(prompt, response)], max_length=max_length, truncation=truncation,
-                                stats=stats)[0]
+                                stats=stats, reward_position=reward_position)[0]
 
 
 def encode_conversations(tokenizer, items: Sequence[tuple[PromptText, str]], *, max_length: int, truncation: str,
-                         stats: EncodeStats, chunk: int = 1024) -> list[list[int]]:
+                         stats: EncodeStats, reward_position: str | RewardPosition = TRAINED,
+                         chunk: int = 1024) -> list[list[int]]:
     """`encode_conversation` of every (prompt, response) in ``items``, in order. The tokenizer
     gets the rendered conversations ``chunk`` at a time: a fast tokenizer encodes a list on
     all cores, several times quicker than one text per call."""
+    position = (reward_position if isinstance(reward_position, RewardPosition)
+                else RewardPosition.of(tokenizer, reward_position))
     out: list[list[int]] = []
     bos = tokenizer.bos_token_id
     for start in range(0, len(items), chunk):
@@ -68,6 +76,7 @@ def encode_conversations(tokenizer, items: Sequence[tuple[PromptText, str]], *, 
             if bos is not None and len(ids) > 1 and ids[0] == bos and ids[1] == bos:
                 stats.doubled_bos += 1  # the template wrote BOS and the tokenizer added another
                 ids = ids[1:]
+            ids = position.sequence(ids)  # ends where the reward is read
             stats.sequences += 1
             if len(ids) > max_length:
                 stats.truncated += 1
@@ -103,22 +112,30 @@ class ConversationEncoder:
     """How a reward-model back-end turns (prompt, response) items into token ids: `encode` and
     `encode_many` with the back-end's ``tokenizer``, ``max_length`` and ``truncation``, counted
     in its ``stats``. The transformers and vLLM back-ends both inherit it, so a conversation
-    becomes the same tokens whichever scores it; the back-end declares the four attributes."""
+    becomes the same tokens whichever scores it, ending where its ``reward_position`` reads the
+    reward; the back-end declares the five attributes."""
 
     tokenizer: Any
     max_length: int
     truncation: str  # "left" keeps a long sequence's end, "right" its start
     stats: EncodeStats
+    reward_position: str  # where the reward is read (cheems.models.reward_position): the checkpoint's record
+
+    @cached_property
+    def position(self) -> RewardPosition:
+        """The ``reward_position`` rule for this tokenizer (its template's end found once):
+        what every sequence this model scores goes through, rows and texts alike."""
+        return RewardPosition.of(self.tokenizer, self.reward_position)
 
     def encode(self, prompt: PromptText, response: str) -> list[int]:
         """Token ids of the conversation (prompt turns + the response as the assistant turn)."""
         return encode_conversation(self.tokenizer, prompt, response, max_length=self.max_length,
-                                   truncation=self.truncation, stats=self.stats)
+                                   truncation=self.truncation, stats=self.stats, reward_position=self.position)
 
     def encode_many(self, items: Sequence[tuple[PromptText, str]]) -> list[list[int]]:
         """`encode` of every (prompt, response), the tokenizer taking them in chunks."""
         return encode_conversations(self.tokenizer, items, max_length=self.max_length, truncation=self.truncation,
-                                    stats=self.stats)
+                                    stats=self.stats, reward_position=self.position)
 
 
 def device_tensor(values, device, dtype=None):

@@ -37,8 +37,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from cheems.llm.verdict_template import TEMPLATE_FILE, VerdictTemplate, load_verdict_template, verdict_template
-from cheems.models.checkpoints import (best_attention, check_model_folder, load_tokenizer, quiet_transformers,
-                                       require_torch, resolve_dtype, weights_that_fit)
+from cheems.models.checkpoints import (CAUSAL_LM_ARCHITECTURES, best_attention, check_model_folder, load_tokenizer,
+                                       quiet_transformers, require_torch, resolve_dtype, weights_that_fit)
 from cheems.models.judge_sequences import encode_judge_prompts, verdict_token_ids
 from cheems.models.packing import pack_sequences, packed_backend, padded_attention, use_packed_attention
 from cheems.models.sequences import EncodeStats, default_token_budget, pad_right
@@ -219,7 +219,7 @@ def check_causal_lm_folder(path: str | os.PathLike) -> dict:
     model folder is refused, pointing at ``--model``."""
     config = check_model_folder(path)
     archs = [str(a) for a in config.get("architectures") or []]
-    generative = [a for a in archs if a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel"))]
+    generative = [a for a in archs if a.endswith(CAUSAL_LM_ARCHITECTURES)]
     if archs and not generative:
         hint = " (a reward model: evaluate it with --model)" if any(
             a.endswith("ForSequenceClassification") for a in archs) else ""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cheems.models.reward_position import REWARD_POSITIONS
 from cheems.records import CheemsInputError
 from cheems.settings import check_settings, setting
 
@@ -49,6 +50,13 @@ class ModelSettings:
     fixed_shapes: bool = setting(False, help="With packing: pad each packed row to one of a few lengths (powers "
                                  "of two up to the token budget) so that --compile compiles static shapes once "
                                  "each; helps on a GPU with --compile, on a CPU it only adds padding")
+    reward_position: str | None = setting(None, choices=REWARD_POSITIONS, choice_name="reward position",
+                                          default_text="what the model's config.json records as "
+                                          "cheems_reward_position, else template_end",
+                                          help="Where the reward is read: end_of_turn (the token closing the "
+                                          "reply's turn; what `cheems train` trains), template_end (the last "
+                                          "token of the template's closing, e.g. ChatML's newline after it; "
+                                          "checkpoints that record nothing), last_token (as given)")
     trust_remote_code: bool = setting(False, help="Allow the checkpoint's own code")
     check: bool = setting(False, help="First verify scores do not depend on batching")
     tensor_parallel_size: int = setting(1, min=1, help="With --backend vllm: GPUs the model is split over "

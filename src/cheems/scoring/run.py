@@ -98,12 +98,13 @@ def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Seque
 
         rm = load_vllm_reward_model(str(path), max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
                                     tensor_parallel_size=s.tensor_parallel_size,
-                                    trust_remote_code=s.trust_remote_code, prefix_caching=s.share_prefix)
+                                    trust_remote_code=s.trust_remote_code, prefix_caching=s.share_prefix,
+                                    reward_position=s.reward_position)
     else:
         rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
                                truncation=s.truncation, trust_remote_code=s.trust_remote_code, packing=s.packing,
                                share_prefix=s.share_prefix, liger_kernels=s.liger_kernels, compile=s.compile,
-                               fixed_shapes=s.fixed_shapes)
+                               fixed_shapes=s.fixed_shapes, reward_position=s.reward_position)
     if s.check:
         exact = s.backend == "transformers" and str(rm.model.dtype) == "torch.float32"
         tolerance = 1e-3 if exact else 5e-2  # bf16/fp16 kernels round more
@@ -164,8 +165,9 @@ def score_with_model(model: str | os.PathLike | RemoteScorer, prompts: Sequence[
     total = sum(len(p.responses) for p in prompts)
     if output is None:
         return _score_in_memory(model, prompts, s, layout, total, progress, notify)
+    chosen = {"reward_position": s.reward_position} if s.reward_position else {}  # else config.json's, fingerprinted
     meta = scores_meta(prompts, model, max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
-                       layout=layout, backend=s.backend)
+                       layout=layout, backend=s.backend, **chosen)
     ResumableJsonl.check(output, meta, overwrite=overwrite)  # before the model loads
     if ray:
         return _score_on_ray(model, prompts, s, output, meta, layout, replicas, overwrite, progress)
@@ -202,7 +204,8 @@ def _score_on_ray(model, prompts, s: ModelSettings, output, meta, layout, replic
 
     load_kwargs = dict(dtype=s.dtype, max_length=s.max_length, truncation=s.truncation,
                        trust_remote_code=s.trust_remote_code, packing=s.packing, share_prefix=s.share_prefix,
-                       liger_kernels=s.liger_kernels, compile=s.compile, fixed_shapes=s.fixed_shapes)
+                       liger_kernels=s.liger_kernels, compile=s.compile, fixed_shapes=s.fixed_shapes,
+                       reward_position=s.reward_position)
     summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs, token_budget=s.token_budget,
                              batch_size=s.batch_size, replicas=replicas, overwrite=overwrite, progress=progress)
     return ModelScoring(None, summary["scored"], summary["resumed"], sum(len(p.responses) for p in prompts),

@@ -27,6 +27,7 @@ from cheems.models.fixed_shapes import row_length
 from cheems.models.memory_budget import AUTO, out_of_memory_said, probe_sequences, probe_token_budget
 from cheems.models.packing import (pack_sequences, packed_backend, packed_cost, padded_attention, prepare_attention,
                                    rewards_at, use_packed_attention)
+from cheems.models.reward_position import UNRECORDED, recorded_reward_position
 from cheems.models.sequences import (ConversationEncoder, EncodeStats, default_token_budget, pad_right, plan_batches,
                                      reward_at_last_token)
 from cheems.models.threads import use_available_cores
@@ -67,6 +68,7 @@ class TransformersRewardModel(ConversationEncoder):
     auto_budget: int | None = None  # the token budget --token-budget auto found (probed once)
     fixed_shapes: bool = False  # with packing: rows padded to a few lengths (cheems.models.fixed_shapes)
     row_stats: RowStats = field(default_factory=RowStats)
+    reward_position: str = UNRECORDED  # where the reward is read (cheems.models.reward_position)
 
     # ------------------------------------------------------------------ forward
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
@@ -254,8 +256,8 @@ def score_head(model):
 
 def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "auto", max_length: int = 2048,
                       truncation: str = "left", trust_remote_code: bool = False, packing: bool = True,
-                      share_prefix: bool = True, liger_kernels: bool = False,
-                      compile: bool = False, fixed_shapes: bool = False) -> TransformersRewardModel:
+                      share_prefix: bool = True, liger_kernels: bool = False, compile: bool = False,
+                      fixed_shapes: bool = False, reward_position: str | None = None) -> TransformersRewardModel:
     """Load a reward model folder with ``from_pretrained``, detecting its layout.
 
     ``dtype="auto"``: bfloat16 on CUDA, float32 on CPU. ``packing`` (default) scores packed
@@ -265,7 +267,9 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
     RMSNorm, SwiGLU and RoPE kernels (CUDA, the ``[gpu]`` extra); ``compile`` compiles each
     decoder layer (:func:`cheems.models.kernels.compile_layers`). ``fixed_shapes`` pads packed
     rows to a few lengths (:mod:`cheems.models.fixed_shapes`; scores unchanged), and with
-    ``compile`` the layers are compiled for static shapes.
+    ``compile`` the layers are compiled for static shapes. ``reward_position``: where the reward
+    is read (:mod:`cheems.models.reward_position`); None: the rule the checkpoint's config.json
+    records, ``template_end`` when it records none.
     """
     torch = require_torch()
     from transformers import AutoModel
@@ -273,8 +277,8 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
     path = Path(path)
     ModelSettings(device=device, dtype=dtype, max_length=max_length, truncation=truncation,
                   trust_remote_code=trust_remote_code, packing=packing, share_prefix=share_prefix,
-                  liger_kernels=liger_kernels, compile=compile,
-                  fixed_shapes=fixed_shapes)  # checked as the flags are: one declaration, one check
+                  liger_kernels=liger_kernels, compile=compile, fixed_shapes=fixed_shapes,
+                  reward_position=reward_position)  # checked as the flags are: one declaration, one check
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise CheemsInputError("--device cuda asked for, but no CUDA device is available", field="device")
     if liger_kernels and not device.startswith("cuda"):
@@ -310,8 +314,10 @@ def load_reward_model(path: str | Path, *, device: str = "cpu", dtype: str = "au
         from cheems.models.kernels import compile_layers
 
         compile_layers(model, dynamic=not (fixed_shapes and packing))  # fixed shapes: a few static ones
+    rule = reward_position or recorded_reward_position(model.config, file=str(path / "config.json"))
     return TransformersRewardModel(tokenizer, model, layout, device, max_length, truncation, v_head=v_head,
-                                   packing=packing, share_prefix=share_prefix, fixed_shapes=fixed_shapes and packing)
+                                   packing=packing, share_prefix=share_prefix, fixed_shapes=fixed_shapes and packing,
+                                   reward_position=rule)
 
 
 def _load_v_head(path: Path):

@@ -2,21 +2,25 @@
 
 - :class:`VllmRewardModel`: a sequence-classification reward model served by vLLM's pooling
   runner. Conversations are encoded by the code the transformers scorer uses
-  (:class:`cheems.models.sequences.ConversationEncoder`: same chat template, BOS and
-  truncation rules) and handed to vLLM as token ids, so both backends score the same
-  sequences. vLLM's classify task may pass the single logit through an activation
-  (sigmoid); it is monotonic, so Accuracy and Exact Match are unchanged. A prompt's
-  responses go to vLLM together, one after the other, and vLLM's automatic prefix caching
-  (on by default here) computes their shared prompt tokens once.
+  (:class:`cheems.models.sequences.ConversationEncoder`: same chat template, BOS,
+  truncation and reward position rules) and handed to vLLM as token ids, so both backends score
+  the same sequences (vLLM's pooler reads the last token, where each sequence ends). vLLM's
+  classify task may pass the single logit through an activation (sigmoid); it is monotonic,
+  so Accuracy and Exact Match are unchanged. A prompt's responses go to vLLM together, one
+  after the other, and vLLM's automatic prefix caching (on by default here) computes their
+  shared prompt tokens once.
 - :class:`VllmChat`: a local judge model; ``generate(list of message lists) -> list of texts``,
   continuous batching done by vLLM.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Sequence
 
+from cheems.models.reward_position import UNRECORDED, recorded_reward_position
 from cheems.models.sequences import ConversationEncoder, EncodeStats
 from cheems.records import CheemsInputError, PromptText
 from cheems.scoring.model_settings import ModelSettings
@@ -47,6 +51,7 @@ class VllmRewardModel(ConversationEncoder):
     stats: EncodeStats = field(default_factory=EncodeStats)
     layout: str = "seq-cls"
     share_prefix: bool = True  # vLLM's prefix cache is on: keep a prompt's responses together
+    reward_position: str = UNRECORDED  # where the reward is read (cheems.models.reward_position)
     packing = True  # batches are whole prompts (see `scored_batches`); vLLM lays out the sequences itself
 
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
@@ -75,18 +80,32 @@ class VllmRewardModel(ConversationEncoder):
 
 def load_vllm_reward_model(path: str, *, max_length: int = 2048, truncation: str = "left", dtype: str = "auto",
                            tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
-                           trust_remote_code: bool = False, prefix_caching: bool = True) -> VllmRewardModel:
+                           trust_remote_code: bool = False, prefix_caching: bool = True,
+                           reward_position: str | None = None) -> VllmRewardModel:
     """A sequence-classification reward model in vLLM's pooling runner; with
     ``prefix_caching``, vLLM's automatic prefix caching computes a prompt's tokens once for
     all its responses (the classify task reads only the last token, so cached prefixes serve
-    it)."""
+    it). ``reward_position`` as for :func:`cheems.scoring.transformers_rm.load_reward_model`
+    (None: the checkpoint's record)."""
     ModelSettings(backend="vllm", dtype=dtype, max_length=max_length, truncation=truncation,
-                  trust_remote_code=trust_remote_code, share_prefix=prefix_caching)  # one declaration, one check
+                  trust_remote_code=trust_remote_code, share_prefix=prefix_caching,
+                  reward_position=reward_position)  # one declaration, one check
+    rule = reward_position or _recorded(Path(path) / "config.json")
     vllm = _require_vllm()
     llm = vllm.LLM(model=str(path), runner="pooling", dtype=dtype, max_model_len=max_length,
                    tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
                    trust_remote_code=trust_remote_code, enable_prefix_caching=prefix_caching)
-    return VllmRewardModel(llm, llm.get_tokenizer(), max_length, truncation, share_prefix=prefix_caching)
+    return VllmRewardModel(llm, llm.get_tokenizer(), max_length, truncation, share_prefix=prefix_caching,
+                           reward_position=rule)
+
+
+def _recorded(config_file: Path) -> str:
+    """The reward position ``config_file`` records (a folder vLLM will refuse reads as none)."""
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    return recorded_reward_position(config if isinstance(config, dict) else {}, file=str(config_file))
 
 
 @dataclass

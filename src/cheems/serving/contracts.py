@@ -11,14 +11,15 @@ LLaMA-Factory) are :mod:`cheems.serving.inference_servers`.
 since 0.10.2; its reference server is ``openrlhf/cli/serve_rm.py``). Request ``{"query": [text,
 ...], "prompts": [text, ...]?, "labels": [...]?}``: each query is the whole conversation with the
 chat template already applied (EOS included), tokenized as given with no special tokens added,
-the reward read at its last token. ``prompts`` and ``labels`` are checked to be lists and
-otherwise unused. Reply ``{"rewards": [...], "scores": [...], "extra_logs": {}}``, ``rewards``
-equal to ``scores``: v0.8.0 to v0.8.4 read ``rewards`` (``request_api_wrapper(...,
-score_key="rewards")``), v0.8.5 to v0.9.0 ``rewards``, ``scores`` when present and every key of
-``extra_logs``, v0.9.1 on ``scores`` (else ``rewards``) and ``extra_logs``. v0.8 to v0.9.0 post
-the whole rollout batch in one request (``requests.post(json=...)``); v0.9.1 on post one sample
-per request (aiohttp), and with several URLs the servers past the first get empty lists, which
-are answered with empty lists.
+the reward read where the model's training read it (:mod:`cheems.models.reward_position`: the
+token that closes the reply's turn, whatever follows it in the text). ``prompts`` and
+``labels`` are checked to be lists and otherwise unused. Reply ``{"rewards": [...], "scores":
+[...], "extra_logs": {}}``, ``rewards`` equal to ``scores``: v0.8.0 to v0.8.4 read ``rewards``
+(``request_api_wrapper(..., score_key="rewards")``), v0.8.5 to v0.9.0 ``rewards``, ``scores``
+when present and every key of ``extra_logs``, v0.9.1 on ``scores`` (else ``rewards``) and
+``extra_logs``. v0.8 to v0.9.0 post the whole rollout batch in one request
+(``requests.post(json=...)``); v0.9.1 on post one sample per request (aiohttp), and with several
+URLs the servers past the first get empty lists, which are answered with empty lists.
 
 ``POST /v1/score`` — cheems' own: ``{"rows": [row, ...]}``, each row one prompt with its
 responses in any format :func:`cheems.formats.parse_row` reads (a cheems row: ``id``?,

@@ -1,8 +1,10 @@
 """The scoring engine of ``cheems serve``: a queue of requests, gathered into shared forward batches.
 
 Requests arrive as already-encoded token sequences (:meth:`ScoringEngine.encode_texts` for
-texts tokenized as given, :meth:`ScoringEngine.encode_rows` for cheems rows through the chat
-template, as ``cheems score`` encodes them). :meth:`ScoringEngine.score` queues a request's
+texts a client rendered, :meth:`ScoringEngine.encode_rows` for cheems rows through the chat
+template, as ``cheems score`` encodes them), both ending where the model's reward is read
+(``rm.position``, :mod:`cheems.models.reward_position`): a text ending at the end-of-turn token,
+after it, or with its turn left open scores as the row does. :meth:`ScoringEngine.score` queues a request's
 sequences and waits; one background task (asyncio) gathers the queue: once a sequence waits,
 it waits up to ``max_wait_ms`` for company (less when the queue already fills a batch), then
 takes sequences in arrival order up to ``max_batch`` sequences and ``token_budget`` tokens and
@@ -135,8 +137,11 @@ class ScoringEngine:
     # ------------------------------------------------------------------ encoding
     def encode_texts(self, texts: Sequence[str], *, field: str, add_special_tokens: bool = False,
                      max_tokens: int | None = None) -> list[array]:
-        """Token ids of ``texts`` tokenized as given (a chat template already applied by the
-        client): no special tokens added unless ``add_special_tokens``. A text of no tokens, or
+        """Token ids of ``texts`` (a chat template already applied by the client), no special
+        tokens added unless ``add_special_tokens``, then placed by the model's reward position
+        (``rm.position.sequence``: the start's BOS once, the end at the token the reward is read
+        at, whatever the client left after it or left out). A text of no tokens (or of nothing
+        but padding, BOS, EOS and an end-of-turn token), or
         over the model's ``max_length`` (unless the ``truncate`` setting cuts it on the
         ``truncation`` side), is refused with a :class:`CheemsInputError` naming ``field[i]``;
         ``max_tokens`` (the client's own limit) cuts a longer text to that many tokens on the
@@ -144,11 +149,13 @@ class ScoringEngine:
         time (the tokenizer's per-token records live for one chunk) and kept as 32-bit arrays.
         Both encoders may be called from any thread (the tokenizer is used by one at a time)."""
         encoded: list[array] = []
+        place = self.rm.position.sequence
         for start in range(0, len(texts), ENCODE_CHUNK):
             with self._tokenizer_lock:
                 ids = self.rm.tokenizer(list(texts[start:start + ENCODE_CHUNK]),
                                         add_special_tokens=add_special_tokens)["input_ids"]
-            encoded.extend(self._within_length(s, f"{field}[{start + i}]", max_tokens) for i, s in enumerate(ids))
+            encoded.extend(self._within_length(place(s), f"{field}[{start + i}]", max_tokens)
+                           for i, s in enumerate(ids))
         return encoded
 
     def encode_rows(self, prompts: Sequence[Prompt], *, field: str = "rows"
@@ -172,7 +179,8 @@ class ScoringEngine:
         # uncut here, so an over-long conversation is seen; cut below as encode_many cuts it
         with self._tokenizer_lock:
             encoded = encode_conversations(self.rm.tokenizer, items, max_length=sys.maxsize,
-                                           truncation=self.rm.truncation, stats=EncodeStats())
+                                           truncation=self.rm.truncation, stats=EncodeStats(),
+                                           reward_position=self.rm.position)
         return [self._within_length(s, w) for s, w in zip(encoded, where)], prompt_of, keys
 
     def _within_length(self, ids: Sequence[int], where: str, max_tokens: int | None = None) -> array:
@@ -180,7 +188,8 @@ class ScoringEngine:
         the client's ``max_tokens``) say so."""
         limit = self.rm.max_length
         if not ids:
-            raise CheemsInputError("no tokens: nothing to read a reward at", field=where)
+            raise CheemsInputError("no tokens: nothing to read a reward at (an empty text, or one of padding, BOS, "
+                                   "EOS and end-of-turn tokens only)", field=where)
         if max_tokens is not None and len(ids) > min(max_tokens, limit):
             limit = min(max_tokens, limit)
         elif len(ids) <= limit:

@@ -3,7 +3,9 @@ one of them calls cheems unchanged: vLLM's ``/classify`` and ``/pooling``, SGLan
 and ``/v1/embeddings``, LLaMA-Factory's ``/v1/score/evaluation``. Each body is checked into a
 :class:`TextsRequest` (the shared checks of :mod:`cheems.serving.contracts`: 413 for too many or
 too long, 422 naming the field for the wrong shape) and each reply built in the other server's
-shape. What each field means, with its source, is in docs/serving.md.
+shape. What each field means, with its source, is in docs/serving.md. Whatever the route, each
+text's reward is read where the model's training read it (the engine places each sequence's end:
+:mod:`cheems.models.reward_position`), so one conversation scores the same on every route.
 
 ``POST /classify`` is two contracts on one path, told apart by the body: ``input`` is vLLM's,
 ``text`` SGLang's native one (both at once: 422).

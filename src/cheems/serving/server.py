@@ -42,6 +42,7 @@ class RewardApp:
     protected: bool  # a bearer token is asked
     drain: Drain  # the app's, shared with the server that stops it
     metrics: ServeMetrics
+    reward_position: str = ""  # where the reward is read, in words (RewardPosition.describe)
 
 
 def build_reward_app(model: str | os.PathLike, model_settings: ModelSettings, engine_settings: EngineSettings,
@@ -64,7 +65,7 @@ def build_reward_app(model: str | os.PathLike, model_settings: ModelSettings, en
     app = create_app(engine, settings, model_name=name, api_key=api_key, drain=drain,
                      classify_activation=_problem_type(model) != "regression")
     return RewardApp(app, name, getattr(rm, "layout", None), rm.max_length, api_key is not None, drain,
-                     engine.metrics)
+                     engine.metrics, rm.position.describe())
 
 
 def _problem_type(model: str | os.PathLike) -> str | None:

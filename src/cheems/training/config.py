@@ -2,20 +2,46 @@
 
 The fields are the ``cheems train`` flags and the keys of a YAML config file; their help texts
 and ranges live here and nowhere else (see :mod:`cheems.settings`). The defaults are the
-paper's Appendix F.
+paper's Appendix F. ``OBJECTIVES`` says which kind of starting model each objective takes, and
+``OBJECTIVE_SETTINGS`` which objectives the settings of some objectives only apply to; both are
+checked before anything is read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
 from cheems.io import check_output_folder, read_yaml_mapping
-from cheems.models.checkpoints import check_model_folder
+from cheems.models.checkpoints import check_model_folder, model_kind
 from cheems.records import CheemsInputError
 from cheems.settings import check_settings, setting, settings_from_mapping
 
-__all__ = ["TrainConfig"]
+__all__ = ["OBJECTIVES", "OBJECTIVE_SETTINGS", "TrainConfig", "check_model_for_objective", "check_objective_settings"]
+
+OBJECTIVES = {"bt": ("seq-cls", "causal-lm"), "dual": ("causal-lm",), "generative": ("causal-lm",)}
+"""Each objective and the kinds of starting model it takes (:func:`cheems.models.checkpoints.model_kind`):
+bt a reward model, or a causal LM it puts a new score head on; dual and generative a causal LM,
+whose LM head they train (a reward model has none: they would train a random one)."""
+_KIND_WORDS = {"seq-cls": "a reward model", "causal-lm": "a causal LM"}
+
+OBJECTIVE_SETTINGS = {
+    "reg_coef": ("bt", "dual"),
+    "lm_coef": ("dual",),
+    "label_smoothing": ("generative",),
+    "judge_ties": ("generative",),
+    "judge_language": ("generative",),
+    "judge_template": ("generative",),
+}
+"""The settings that only some objectives use, and those objectives: declared here once. A
+setting given (other than its default) with another objective is refused, not ignored
+(:func:`check_objective_settings`); its help text starts with the objectives it applies to."""
+
+
+def _only_with(name: str, text: str) -> str:
+    """The help text of setting ``name`` of OBJECTIVE_SETTINGS: ``With --objective dual: text``."""
+    return f"With --objective {' or '.join(OBJECTIVE_SETTINGS[name])}: {text}"
 
 
 @dataclass
@@ -45,7 +71,7 @@ class TrainConfig:
     max_length: int = setting(2048, min=1, help="Longest sequence in tokens")
     micro_batch_size: int = setting(8, min=1, help="Sequences per forward batch")
     gradient_accumulation: int = setting(32, min=1, help="Forward batches per optimizer step")
-    reg_coef: float = setting(0.1, min=0, help="Weight of the mean r^2 regulariser")
+    reg_coef: float = setting(0.1, min=0, help=_only_with("reg_coef", "the weight of the mean r^2 regulariser"))
     warmup_ratio: float = setting(0.1, min=0, lt=1, help="Share of steps for linear warm-up")
     seed: int = setting(0, min=0, help="Seed of batching and initialisation")
     eval_every: int = setting(0, min=0, default_text="each epoch", help="Evaluate every N steps")
@@ -73,19 +99,23 @@ class TrainConfig:
     lora_dropout: float = setting(0.05, min=0, lt=1, help="LoRA dropout")
     lora_target: str = setting("all-linear", nonempty=True, help="Modules given adapters: 'all-linear' or "
                                "comma-separated names such as q_proj,v_proj")
-    objective: str = setting("bt", choices=("bt", "dual", "generative"),
+    objective: str = setting("bt", choices=tuple(OBJECTIVES),
                              help="bt: Bradley-Terry on a scalar head (the paper's); dual: a causal LM with a scalar "
                              "head, (1 - lm_coef) * BT + lm_coef * the LM loss of each prompt's best response; "
                              "generative: a causal LM trained to write the verdict token of a pairwise judge prompt")
-    lm_coef: float = setting(0.01, min=0, max=1, help="With --objective dual: the weight of the LM loss")
-    label_smoothing: float = setting(0.1, min=0, lt=1, help="With --objective generative: the probability mass "
-                                     "spread evenly over the verdicts")
-    judge_ties: bool = setting(False, help="With --objective generative: train tied pairs as a third verdict (C)")
-    judge_language: str = setting("zh", choices=("zh", "en"), help="With --objective generative: the language of "
-                                  "the judge prompt")
+    lm_coef: float = setting(0.01, min=0, max=1, help=_only_with("lm_coef", "the weight of the LM loss"))
+    label_smoothing: float = setting(0.1, min=0, lt=1, help=_only_with("label_smoothing", "the probability mass "
+                                                                       "spread evenly over the verdicts"))
+    judge_ties: bool = setting(False, help=_only_with("judge_ties", "train tied pairs as a third verdict (C)"))
+    judge_language: str = setting("zh", choices=("zh", "en"), help=_only_with("judge_language", "the language of "
+                                                                              "the judge prompt"))
     judge_template: str | os.PathLike | None = setting(None, default_text="the built-in template of "
-                                                       "--judge-language", help="With --objective generative: a "
-                                                       "judge template file (JSON, as the trained model saves it)")
+                                                       "--judge-language", help=_only_with(
+                                                           "judge_template", "a judge template file (JSON, as the "
+                                                           "trained model saves it)"))
+
+    def __post_init__(self) -> None:
+        check_objective_settings(self)  # at construction: a YAML file or flags are refused naming the setting
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, overrides: dict | None = None) -> "TrainConfig":
@@ -100,5 +130,33 @@ class TrainConfig:
         check_settings(self)
         if not self.train:
             raise CheemsInputError("give at least one training file", field="train")
+        check_objective_settings(self)
         check_output_folder(self.output, [self.model, *self.train, *self.eval])
-        check_model_folder(self.model)
+        check_model_for_objective(self.model, check_model_folder(self.model), self.objective)
+
+
+def check_objective_settings(config: TrainConfig) -> None:
+    """Refuse a setting of OBJECTIVE_SETTINGS given (other than its default) with an objective
+    it does not apply to: one CheemsInputError naming the setting and its objectives. An
+    unknown objective is left to the range checks (:func:`cheems.settings.check_settings`)."""
+    if not isinstance(config.objective, str) or config.objective not in OBJECTIVES:
+        return
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    for name, objectives in OBJECTIVE_SETTINGS.items():
+        if config.objective not in objectives and getattr(config, name) != defaults[name]:
+            raise CheemsInputError(f"applies to objective {' and '.join(objectives)} only, not "
+                                   f"{config.objective}; leave it out", field=name)
+
+
+def check_model_for_objective(path: str | os.PathLike, model_config: dict, objective: str) -> None:
+    """Refuse a starting model whose kind (read from its ``config.json``, ``model_config``) the
+    objective does not take (OBJECTIVES): one CheemsInputError naming the folder, before any
+    data or weights are read. A config that names no known architecture passes (the loader
+    checks the weights)."""
+    kind, takes = model_kind(model_config), OBJECTIVES[objective]
+    if kind is None or kind in takes:
+        return
+    archs = ", ".join(map(str, model_config.get("architectures") or []))
+    lacks = ", which has no LM head to train" if kind == "seq-cls" else ""
+    raise CheemsInputError(f"objective {objective} starts from {' or '.join(_KIND_WORDS[k] for k in takes)}; this "
+                           f"folder holds {_KIND_WORDS[kind]} ({archs}){lacks}", file=str(path))

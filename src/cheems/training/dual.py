@@ -96,16 +96,21 @@ def new_score_head(config, seed: int) -> torch.nn.Linear:
 
 def load_causal_lm(path: str | os.PathLike, tokenizer):
     """The ``AutoModelForCausalLM`` at ``path`` in float32, ``config.pad_token_id`` set to the
-    tokenizer's. A checkpoint without the weights of a causal LM (a ``*ForSequenceClassification``
-    has no LM head) is one CheemsInputError naming the folder."""
+    tokenizer's: where dual and generative training start. A checkpoint without the weights of
+    a causal LM (a ``*ForSequenceClassification`` has no LM head: it would train a random one),
+    or whose config transformers has no causal LM for, is one CheemsInputError naming the
+    folder. (`TrainConfig.validate` refuses a reward model from its config.json before this.)"""
     from transformers import AutoModelForCausalLM
 
-    with quiet_transformers(), weights_that_fit(path):
-        model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, dtype=torch.float32)
+    try:
+        with quiet_transformers(), weights_that_fit(path):
+            model, info = AutoModelForCausalLM.from_pretrained(path, output_loading_info=True, dtype=torch.float32)
+    except ValueError as e:  # a config transformers has no causal LM for
+        raise CheemsInputError(f"not a causal language model ({str(e).splitlines()[0]})", file=str(path)) from None
     missing = sorted(info["missing_keys"])
     if missing:
-        raise CheemsInputError(f"--objective dual starts from a causal LM; {len(missing)} of its weights are not "
-                               f"in this checkpoint (e.g. {', '.join(missing[:3])})", file=str(path))
+        raise CheemsInputError(f"training starts from a causal LM; {len(missing)} of its weights are not in this "
+                               f"checkpoint (e.g. {', '.join(missing[:3])})", file=str(path))
     if not hasattr(model, getattr(model, "base_model_prefix", "") or "-") or model.get_output_embeddings() is None:
         raise CheemsInputError("expected a decoder *ForCausalLM model with an LM head", file=str(path))
     model.config.pad_token_id = tokenizer.pad_token_id

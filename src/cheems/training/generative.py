@@ -38,13 +38,12 @@ from typing import Any, Callable
 
 import torch
 
-from cheems.io import files_fingerprint, writes_into
+from cheems.io import files_fingerprint
 from cheems.llm.verdict_template import VerdictTemplate, save_verdict_template
-from cheems.models.checkpoints import quiet_transformers, unwrap_peft, weights_that_fit
+from cheems.models.checkpoints import quiet_transformers, unwrap_peft
 from cheems.models.memory_budget import AUTO, out_of_memory_said
 from cheems.models.sequences import device_tensor
 from cheems.models.threads import use_available_cores
-from cheems.records import CheemsInputError
 from cheems.training.batching import greedy_prompt_batches
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, score_in_shares
@@ -53,7 +52,7 @@ from cheems.training.judge_data import (JudgeData, JudgeEvalSet, encode_judge_da
                                         judge_template_of, verdict_ids)
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, MetricsLog, check_resume, finished_summary,
                                            load_checkpoint, save_checkpoint, save_final_model, save_model_whole,
-                                           write_summary)
+                                           undone_on_write_failure, write_summary)
 from cheems.training.recipe_setup import (MAX_GRAD_NORM, make_accelerator, optimizer_update, prepare_optimisation,
                                           ready_for_training, resume_point, step_groups, with_lora)
 from cheems.training.budget_probe import training_token_budget
@@ -101,22 +100,15 @@ class VerdictModel(torch.nn.Module):
 def load_judge_model(path: str, *, gradient_checkpointing: bool, packing: bool, liger_kernels: bool = False,
                      compile: bool = False):
     """``(tokenizer, model)``: the causal LM at ``path`` in float32 with its tokenizer (padding
-    with EOS when it has no pad token), gradient checkpointing, packed attention, Liger's
-    kernels and compiled layers when asked."""
-    from transformers import AutoModelForCausalLM
-
+    with EOS when it has no pad token), loaded and checked as dual's
+    (:func:`cheems.training.dual.load_causal_lm`), gradient checkpointing, packed attention,
+    Liger's kernels and compiled layers when asked."""
     from cheems.models.checkpoints import load_tokenizer
+    from cheems.training.dual import load_causal_lm
 
     with quiet_transformers():
         tokenizer = load_tokenizer(path)
-        try:
-            with weights_that_fit(path):
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-        except ValueError as e:  # a config transformers has no causal LM for
-            raise CheemsInputError(f"not a causal language model ({str(e).splitlines()[0]})", file=str(path)) from None
-    if model.get_output_embeddings() is None or not hasattr(model, model.base_model_prefix or "-"):
-        raise CheemsInputError("expected a decoder *ForCausalLM model with an LM head", file=str(path))
-    model.config.pad_token_id = tokenizer.pad_token_id
+    model = load_causal_lm(path, tokenizer)
     ready_for_training(model, path, gradient_checkpointing=gradient_checkpointing, packing=packing,
                        liger_kernels=liger_kernels, compile=compile)
     return tokenizer, model
@@ -453,19 +445,22 @@ def train_generative(config: TrainConfig, progress: Progress | None = None, noti
     ``processes``, ``trainable_parameters``, ``verdicts``, ``template`` (its version),
     ``tokens_per_s``, ``train_loss`` / ``train_accuracy`` (the last epoch), ``eval``,
     ``output`` and ``resumed_from``. With ``resume`` on a finished run nothing is trained: its
-    summary comes back with ``already_finished``.
+    summary comes back with ``already_finished``. An output that cannot be written (a full
+    disk) is one CheemsInputError naming the output folder, the folder left as the run found
+    it but for the whole checkpoints it saved (`undone_on_write_failure`).
     """
     config.validate()
     data_fingerprint = files_fingerprint(config.train)
     done = finished_summary(config, data_fingerprint)
     if done is not None:
         return done
-    run = setup_generative_run(config, notify, data_fingerprint=data_fingerprint)
-    started = time.perf_counter()
-    with writes_into(config.output), out_of_memory_said(lambda: (run.token_budget, run.batch_tokens),
-                                                        auto=config.token_budget == AUTO):
-        for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
-            train_generative_epoch(run, epoch, progress)
-        summary = finish_generative_run(run, train_seconds=time.perf_counter() - started)
+    # an output that cannot be written: the folder as it was (whole checkpoints aside), one line
+    with undone_on_write_failure(config.output):
+        run = setup_generative_run(config, notify, data_fingerprint=data_fingerprint)
+        started = time.perf_counter()
+        with out_of_memory_said(lambda: (run.token_budget, run.batch_tokens), auto=config.token_budget == AUTO):
+            for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
+                train_generative_epoch(run, epoch, progress)
+            summary = finish_generative_run(run, train_seconds=time.perf_counter() - started)
     run.accelerator.end_training()
     return summary

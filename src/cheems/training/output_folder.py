@@ -12,31 +12,39 @@
   objective the scalar path, with the causal LM in ``generative/``: see
   :func:`cheems.training.dual.export_dual_model`), and ``train_summary.json``.
 
+A run that cannot write its output (a full disk) leaves the folder as it found it, but for the
+whole checkpoints it saved and the log up to the last of them (`undone_on_write_failure`).
+
 Saving and loading are collectives under ``accelerate``: every process calls them. Imports no
 torch at the top (the ``[train]`` extra is needed only when these functions run).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
 from pathlib import Path
+from typing import Iterator
 
+from cheems.io import storage_failure, writes_into
 from cheems.records import CheemsInputError, is_number
 from cheems.training.config import TrainConfig
 
-__all__ = ["ACCELERATE_STATE_DIR", "CHECKPOINT_PREFIX", "KEEP_CHECKPOINTS", "LOG_FILE", "STATE_FILE", "SUMMARY_FILE",
-           "RESUMABLE_CHANGES", "MetricsLog", "check_resume", "config_record", "list_checkpoints", "load_checkpoint",
-           "FINAL_MODEL_TEMP", "finished_summary", "model_state", "read_state", "save_checkpoint", "save_final_model",
-           "save_model_whole", "write_summary"]
+__all__ = ["ACCELERATE_STATE_DIR", "BOARD_DIR", "CHECKPOINT_PREFIX", "FINAL_MODEL_TEMP", "KEEP_CHECKPOINTS", "LOG_FILE",
+           "RESUMABLE_CHANGES", "STATE_FILE", "SUMMARY_FILE", "MetricsLog", "OutputBefore", "check_resume",
+           "config_record", "finished_summary", "keep_log_until", "list_checkpoints", "load_checkpoint", "model_state",
+           "put_back", "read_state", "save_checkpoint", "save_final_model", "save_model_whole",
+           "undone_on_write_failure", "write_summary"]
 
 CHECKPOINT_PREFIX = "checkpoint-"
 KEEP_CHECKPOINTS = 2
 STATE_FILE = "trainer_state.json"  # step, epoch, config: readable
 ACCELERATE_STATE_DIR = "accelerate_state"  # weights, optimizer, scheduler, RNG of every process
 LOG_FILE = "train_log.jsonl"
+BOARD_DIR = "runs"  # TensorBoard's event files, when the tensorboard package is installed
 SUMMARY_FILE = "train_summary.json"
 
 
@@ -205,22 +213,14 @@ class MetricsLog:
                 import tensorboard  # noqa: F401
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(str(output / "runs"))
+                self.tb = SummaryWriter(str(output / BOARD_DIR))
             except ImportError:
                 pass
 
     def _keep_until(self, step: int) -> None:
         """Drop the records after ``step`` (the steps a resumed run trains again), so no step is
         logged twice; a fresh run (step 0) starts an empty log."""
-        kept = []
-        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a kill
-            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
-                kept.append(line + "\n")
-        self.path.write_text("".join(kept), encoding="utf-8")
+        keep_log_until(self.path, step)
 
     def write(self, step: int, record: dict) -> None:
         if not self.enabled:
@@ -235,6 +235,19 @@ class MetricsLog:
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+
+
+def keep_log_until(path: Path, step: int) -> None:
+    """Keep the records of the metrics log ``path`` up to ``step``, and no line cut short."""
+    kept = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+            kept.append(line + "\n")
+    path.write_text("".join(kept), encoding="utf-8")
 
 
 def finished_summary(config: TrainConfig, data_fingerprint: str) -> dict | None:
@@ -283,3 +296,78 @@ def save_model_whole(accelerator, output: Path, write) -> None:
     finally:
         if main:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------- a run that cannot write
+
+@dataclasses.dataclass(frozen=True)
+class OutputBefore:
+    """What an output folder held before a run wrote into it: whether it existed, the names in
+    it, the metrics log's bytes (None: no log) and the files under ``runs/``."""
+
+    existed: bool
+    names: frozenset[str]
+    log: bytes | None
+    board: frozenset[str]
+
+    @classmethod
+    def of(cls, output: str | os.PathLike) -> "OutputBefore":
+        output = Path(output)
+        if not output.is_dir():
+            return cls(False, frozenset(), None, frozenset())
+        log, board = output / LOG_FILE, output / BOARD_DIR
+        return cls(True, frozenset(p.name for p in output.iterdir()), log.read_bytes() if log.is_file() else None,
+                   frozenset(str(p.relative_to(board)) for p in board.rglob("*")) if board.is_dir() else frozenset())
+
+
+@contextlib.contextmanager
+def undone_on_write_failure(output: str | os.PathLike) -> Iterator[None]:
+    """Around a run writing into ``output``: when writing fails for lack of room or permission
+    (:func:`cheems.io.storage_failure`: a full disk, however the writer says it), the folder is
+    put back as it was before (`put_back`, by the main process, ``RANK`` 0, alone), keeping only
+    the whole checkpoints the run saved, and the failure is one CheemsInputError naming
+    ``output`` (:func:`cheems.io.writes_into`)."""
+    output = Path(output)
+    before = OutputBefore.of(output) if os.environ.get("RANK", "0") == "0" else None
+    with writes_into(output):
+        try:
+            yield
+        except BaseException as e:
+            if before is not None and storage_failure(e) is not None:
+                with contextlib.suppress(OSError):  # the failure itself is what the user needs to hear of
+                    put_back(output, before)
+            raise
+
+
+def put_back(output: Path, before: OutputBefore) -> None:
+    """``output`` as ``before`` found it, but for the whole checkpoints saved since: what is new
+    in it removed (a metrics log of steps no checkpoint kept, TensorBoard files, temp folders;
+    the folder itself when it is new and left empty), the log's bytes as they were. When the
+    run saved whole checkpoints, they stay, with the log up to the last of them: a resumable
+    run, as a kill after that checkpoint leaves it."""
+    if not output.is_dir():
+        return
+    saved = [(step, d) for step, d in list_checkpoints(output) if d.name not in before.names]
+    keep = before.names | {d.name for _, d in saved} | ({LOG_FILE, BOARD_DIR} if saved else set())
+    for p in output.iterdir():
+        if p.name not in keep:
+            _remove(p)
+    if saved:
+        if (output / LOG_FILE).is_file():
+            keep_log_until(output / LOG_FILE, saved[-1][0])
+    else:
+        if before.log is not None:
+            (output / LOG_FILE).write_bytes(before.log)
+        board = output / BOARD_DIR
+        for p in sorted(board.rglob("*"), reverse=True) if board.is_dir() else []:  # files before their folders
+            if str(p.relative_to(board)) not in before.board:
+                _remove(p)
+    if not before.existed and not any(output.iterdir()):
+        output.rmdir()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink()

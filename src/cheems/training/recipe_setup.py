@@ -1,7 +1,8 @@
 """Everything a training run does before its first step, and the `TrainingRun` it builds.
 
 `setup_run` validates the config, starts the ``accelerate.Accelerator`` of this launch, finds
-the checkpoint to resume from, loads the starting model (LoRA adapters when asked), encodes
+the checkpoint to resume from, loads the starting model (LoRA adapters when asked), records where
+it reads rewards (`run_reward_position`), encodes
 the training and eval data (:mod:`cheems.training.training_data`), plans the first epoch's
 forward batches and prepares the optimizer and scheduler. Each piece is a function of its
 own: `load_for_training`, `epoch_batches`, `step_groups` (the token budget:
@@ -13,6 +14,7 @@ Imports torch, transformers, accelerate and peft inside the functions that need 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections import Counter
@@ -24,6 +26,7 @@ from cheems.io import files_fingerprint
 from cheems.models.checkpoints import (load_classifier, load_tokenizer, quiet_transformers, require_torch,
                                        unwrap_peft)
 from cheems.models.packing import use_packed_attention
+from cheems.models.reward_position import TRAINED, record_reward_position, recorded_reward_position
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
 from cheems.training.batching import batch_stats, greedy_prompt_batches
@@ -36,7 +39,8 @@ from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_se
 
 __all__ = ["DROPPED_WARNING_SHARE", "MAX_GRAD_NORM", "MISSING_EXTRA", "Notify", "TrainingRun", "epoch_batches",
            "load_for_training", "make_accelerator", "optimizer_update", "prepare_optimisation", "ready_for_training",
-           "resume_point", "setup_run", "step_groups", "token_budget_per_process", "with_lora"]
+           "resume_point", "run_reward_position", "setup_run", "step_groups", "token_budget_per_process",
+           "with_lora"]
 
 MAX_GRAD_NORM = 1.0
 """The gradient norm every optimizer step clips to."""
@@ -155,6 +159,21 @@ def resume_point(config: TrainConfig, output: Path) -> tuple[int, Path | None]:
     return found[-1] if found else (0, None)
 
 
+def run_reward_position(resume_from: Path | None) -> str:
+    """Where a run reads its rewards (:mod:`cheems.models.reward_position`): ``TRAINED`` for a new
+    run; a resumed run goes on with the rule its checkpoint's config.json records, ``template_end``
+    when it records none (a run an earlier cheems started), so that no model is trained at two
+    positions. A checkpoint without config.json (a LoRA adapter) goes on with ``TRAINED``."""
+    f = resume_from / "config.json" if resume_from is not None else None
+    if f is None or not f.is_file():
+        return TRAINED
+    try:
+        config = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheemsInputError(f"cannot read the checkpoint's config ({e})", file=str(f)) from None
+    return recorded_reward_position(config if isinstance(config, dict) else {}, file=str(f))
+
+
 def epoch_batches(data: TrainingData, config: TrainConfig, n_proc: int, epoch: int,
                   budget: int | None) -> list[list[int]]:
     """The epoch's forward batches for all processes together (n x micro batch, n x ``budget``)."""
@@ -265,17 +284,19 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     tokenizer, model = load_for_training(str(config.model), gradient_checkpointing=config.gradient_checkpointing,
                                          packing=config.packing, liger_kernels=config.liger_kernels,
                                          compile=config.compile, objective=config.objective)
+    position = run_reward_position(resume_from)
+    record_reward_position(model.config, position)  # in config.json of every checkpoint and the final model
     if config.lora_r:
         model = with_lora(model, config)
     prompts = read_training_prompts(config.train, skip_invalid=config.skip_invalid, notify=notify)
     data = encode_training_data(prompts, tokenizer, max_length=config.max_length, truncate=config.truncate,
-                                lm_targets=config.objective == "dual")
+                                lm_targets=config.objective == "dual", reward_position=position)
     if notify is not None and data.dropped > DROPPED_WARNING_SHARE * data.n_sequences:
         notify(f"warning: {data.dropped} of {data.n_sequences} sequence(s) "
                f"({data.dropped / data.n_sequences:.1%}) are longer than max_length {config.max_length} tokens and "
                f"are left out with their pairs (raise --max-length, or --truncate to keep their last tokens)")
     eval_set = encode_eval_set(config.eval, tokenizer, max_length=config.max_length, skip_invalid=config.skip_invalid,
-                               notify=notify)
+                               notify=notify, reward_position=position)
     module = _reward_module(model, config)
     budget = training_token_budget(config, accelerator, module, [n for _, _, n in data.items],
                                    step_loss=_probe_loss(config, tokenizer.pad_token_id), notify=notify,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from cheems.io import files_fingerprint, writes_into
+from cheems.io import files_fingerprint
 from cheems.models.memory_budget import AUTO, free_cached_memory, out_of_memory_said
 from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
@@ -49,7 +49,7 @@ from cheems.training.evaluation import batch_rewards, evaluate_weights, train_ou
 from cheems.training.loss import bradley_terry_terms, dual_loss, lm_loss
 from cheems.training.oom_retry import MemoryCap, pieces_forward_backward, resumed_budget
 from cheems.training.output_folder import (FINAL_MODEL_TEMP, finished_summary, save_checkpoint, save_final_model,
-                                           save_model_whole, write_summary)
+                                           save_model_whole, undone_on_write_failure, write_summary)
 from cheems.training.recipe_setup import (DROPPED_WARNING_SHARE, MAX_GRAD_NORM, MISSING_EXTRA, Notify, TrainingRun,
                                           epoch_batches, load_for_training, optimizer_update, setup_run, step_groups,
                                           token_budget_per_process)
@@ -413,7 +413,9 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     far longer than the first ones did (`SlowStepWatch`: a busy machine), and with
     ``--token-budget auto`` a note each time running out of GPU memory lowers the budget
     (:mod:`cheems.training.oom_retry`). An output that
-    cannot be written (a full disk) is one CheemsInputError naming the output folder. With
+    cannot be written (a full disk) is one CheemsInputError naming the output folder, and the
+    folder is left as the run found it, but for the whole checkpoints it saved (and the log up
+    to the last of them: a run to resume; `undone_on_write_failure`). With
     ``resume`` on a run that has already finished, nothing is trained: its summary comes back
     with ``already_finished``.
 
@@ -435,21 +437,29 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     done = finished_summary(config, data_fingerprint)
     if done is not None:
         return done
+    # an output that cannot be written: the folder as it was (whole checkpoints aside), one line
+    with undone_on_write_failure(config.output):
+        summary, run = _set_up_and_train(config, progress, notify, data_fingerprint)
+    run.accelerator.end_training()  # several processes: their process group is torn down in step
+    return summary
+
+
+def _set_up_and_train(config: TrainConfig, progress: Progress | None, notify: Notify | None,
+                      data_fingerprint: str) -> tuple[dict, TrainingRun]:
+    """``(summary, run)``: the run set up and trained; with ``--token-budget auto``, set up again
+    under a lower budget as often as the first step runs out of memory (`_ProbeAgain`)."""
     below = None
     while True:
         if below is not None:
             free_cached_memory()  # the failed attempt's model and activations, released with it
         run = setup_run(config, notify, data_fingerprint=data_fingerprint, budget_below=below)
         try:
-            summary = _train_run(run, progress, notify)
-            break
+            return _train_run(run, progress, notify), run
         except _ProbeAgain as again:  # auto, and out of memory before the first step was done
             below, run = again.budget, None
             if notify is not None:
                 notify(f"note: out of GPU memory on a forward batch of {again.tokens} tokens at token budget "
                        f"{again.budget} (found by --token-budget auto) before the first step; probing again under it")
-    run.accelerator.end_training()  # several processes: their process group is torn down in step
-    return summary
 
 
 class _ProbeAgain(Exception):
@@ -468,8 +478,7 @@ def _train_run(run: TrainingRun, progress: Progress | None, notify: Notify | Non
     cap = _memory_cap(run, notify)
     started = time.perf_counter()
     try:
-        with writes_into(config.output), out_of_memory_said(lambda: (run.token_budget, run.batch_tokens),
-                                                            auto=config.token_budget == AUTO):
+        with out_of_memory_said(lambda: (run.token_budget, run.batch_tokens), auto=config.token_budget == AUTO):
             for epoch in range(run.start_step // run.steps_per_epoch, config.epochs):
                 train_epoch(run, epoch, progress, watch, cap)
             return finish_run(run, train_seconds=time.perf_counter() - started)

@@ -2,8 +2,10 @@
 the ranked eval benchmarks encoded for scoring.
 
 Every response goes through the tokenizer's chat template as one conversation
-(:func:`cheems.models.sequences.encode_conversations`), exactly as the scorers encode it, so a
-trained model scores at serving time the sequences it was trained on.
+(:func:`cheems.models.sequences.encode_conversations`), exactly as the scorers encode it, and
+ends where the run reads its rewards (``reward_position``, :mod:`cheems.models.reward_position`,
+recorded in the saved model), so a trained model scores at serving time the sequences it was
+trained on.
 
 For the dual objective each sequence of a prompt's best response also records where its
 response starts (`TrainingData.response_starts`): the LM loss trains on the tokens from there
@@ -17,6 +19,7 @@ from typing import Callable
 
 from cheems.benchmark import read_benchmark
 from cheems.formats import group_by_prompt, read_prompts
+from cheems.models.reward_position import TRAINED, RewardPosition
 from cheems.models.sequences import EncodeStats, encode_conversations
 from cheems.records import CheemsInputError, Prompt, identical_responses, preference_pairs
 
@@ -92,19 +95,21 @@ def response_start(prompt_ids: list[int], ids: list[int]) -> int:
 
 
 def _encode_responses(tokenizer, judged, *, max_length: int, truncate: bool, lm_targets: bool,
-                      stats: EncodeStats) -> list[tuple[list[int], int | None]]:
+                      stats: EncodeStats, reward_position: str) -> list[tuple[list[int], int | None]]:
     """``(token ids, response start or None)`` of every response of ``judged``, in order; with
     ``truncate`` a sequence over ``max_length`` keeps its last tokens. With ``lm_targets`` the
     best responses of each prompt (`preferred_responses`) get the position of their first
     response token (`response_start`, 0 when truncation cut into the response)."""
     convs = [(p.prompt, r.content) for _, p, _ in judged for r in p.responses]
+    position = RewardPosition.of(tokenizer, reward_position)
     if not lm_targets:
         seqs = encode_conversations(tokenizer, convs, stats=stats, truncation="left",
-                                    max_length=max_length if truncate else 1 << 62)
+                                    max_length=max_length if truncate else 1 << 62, reward_position=position)
         return [(seq, None) for seq in seqs]
-    seqs = iter(encode_conversations(tokenizer, convs, stats=stats, truncation="left", max_length=1 << 62))
+    seqs = iter(encode_conversations(tokenizer, convs, stats=stats, truncation="left", max_length=1 << 62,
+                                     reward_position=position))
     heads = encode_conversations(tokenizer, [(p.prompt, "") for _, p, _ in judged], stats=EncodeStats(),
-                                 truncation="left", max_length=1 << 62)
+                                 truncation="left", max_length=1 << 62, reward_position=position)
     out = []
     for (_, p, pairs), head in zip(judged, heads):
         best = preferred_responses(pairs)
@@ -120,9 +125,10 @@ def _encode_responses(tokenizer, judged, *, max_length: int, truncate: bool, lm_
 
 
 def encode_training_data(prompts: list[Prompt], tokenizer, *, max_length: int, truncate: bool,
-                         lm_targets: bool = False) -> TrainingData:
-    """Encode the responses of every prompt that has training pairs (see `TrainingData`);
-    with ``lm_targets`` also where the best responses' tokens start (``response_starts``).
+                         lm_targets: bool = False, reward_position: str = TRAINED) -> TrainingData:
+    """Encode the responses of every prompt that has training pairs (see `TrainingData`),
+    each sequence ending where ``reward_position`` reads the reward; with ``lm_targets`` also
+    where the best responses' tokens start (``response_starts``).
 
     Pairs between responses of identical text are skipped (``identical_pairs``). Raises
     CheemsInputError when nothing is left to train on: no rankings or comparisons, only ties
@@ -136,7 +142,7 @@ def encode_training_data(prompts: list[Prompt], tokenizer, *, max_length: int, t
     n_pairs = dropped = dropped_pairs = n_sequences = 0
     judged, identical = training_pairs(prompts)
     encoded = iter(_encode_responses(tokenizer, judged, max_length=max_length, truncate=truncate,
-                                     lm_targets=lm_targets, stats=encode_stats))
+                                     lm_targets=lm_targets, stats=encode_stats, reward_position=reward_position))
     for pi, p, pairs in judged:
         index = {r.id: k for k, r in enumerate(p.responses)}
         kept: set[int] = set()
@@ -215,12 +221,12 @@ class EvalSet:
 
 
 def encode_eval_set(paths: list[str], tokenizer, *, max_length: int, skip_invalid: bool = False,
-                    notify: Notify | None = None) -> EvalSet:
+                    notify: Notify | None = None, reward_position: str = TRAINED) -> EvalSet:
     """The ranked benchmarks at ``paths`` read as ``cheems eval`` reads them
     (:func:`cheems.benchmark.read_benchmark`: each file its own subset unless rows name one,
     every row an item, a repeated prompt id keyed ``id#n``), every response encoded; sequences
-    over ``max_length`` keep their last tokens. ``skip_invalid`` and ``notify`` as for
-    :func:`read_training_prompts`."""
+    over ``max_length`` keep their last tokens, each ending where ``reward_position`` reads the
+    reward. ``skip_invalid`` and ``notify`` as for :func:`read_training_prompts`."""
     res, _ = read_benchmark(paths, skip_invalid=skip_invalid, require_rank=True)
     prompts = res.prompts
     if notify is not None:
@@ -228,6 +234,7 @@ def encode_eval_set(paths: list[str], tokenizer, *, max_length: int, skip_invali
     encode_stats = EncodeStats()
     # scores are needed for every response: over-long ones keep their end
     ids = encode_conversations(tokenizer, [(p.prompt, r.content) for p in prompts for r in p.responses],
-                               max_length=max_length, truncation="left", stats=encode_stats)
+                               max_length=max_length, truncation="left", stats=encode_stats,
+                               reward_position=reward_position)
     keys = [(p.id, r.id) for p in prompts for r in p.responses]
     return EvalSet(prompts, ids, keys)
