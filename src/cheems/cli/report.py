@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 from pathlib import Path
 from typing import List, Optional
 
@@ -270,14 +271,32 @@ def report(results: List[Path] = typer.Argument(..., help="Any mix of eval, judg
            output: Path = typer.Option(..., "-o", "--output", help="The HTML report (one file, readable offline)."),
            markdown: Optional[Path] = typer.Option(None, "--markdown", help="The same as Markdown with PNG plots."),
            lang: Optional[str] = typer.Option(None, "--lang", help="The page's language: zh or en (default: Chinese "
-                                              "when most of the data's labels are Chinese, else English)."),
+                                              "when the data's names or categories hold Chinese, else English)."),
            title: Optional[str] = typer.Option(None, "--title", help="The page's title.")):
     """One static HTML page (plots inline, no network) from the reports of a study."""
     from cheems.report.page import build_report, write_report
 
     built = build_report([str(r) for r in results], lang=lang, title=title)
-    write_report(built, output, markdown)
+    with _font_warning_in_one_line():
+        write_report(built, output, markdown)
     out.print(f"report -> {output}" + (f" (and {markdown})" if markdown else ""))
+
+
+@contextlib.contextmanager
+def _font_warning_in_one_line():
+    """The plots' `MissingFontWarning` printed as one ``warning:`` line; other warnings shown as Python shows them."""
+    from cheems.report.plots import MissingFontWarning
+
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            yield
+    finally:
+        for w in caught:
+            if issubclass(w.category, MissingFontWarning):
+                err.print(f"warning: {w.message}", style="yellow", soft_wrap=True)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno, line=w.line)
 
 
 for _name, _fn in (("bon", bon), ("compare", compare), ("correlate", correlate), ("report", report)):

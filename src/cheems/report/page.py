@@ -26,8 +26,9 @@ is the value's place in that file as JSON-pointer segments joined by ``/`` (``~`
 among the log's records), ``data-value`` the value shown as JSON, ``data-fmt`` how it is written (see `format_number`); a number shown as minus the file's value (a
 difference read the other way round) carries ``data-negated="true"``. Missing values show as ``–``.
 
-Its words are English or Chinese (`cheems.report.wording`): as asked, or else Chinese when most of the data's own
-labels (categories, annotator groups, downstream metrics) are Chinese.
+Its words are English or Chinese (`cheems.report.wording`): as asked, or else Chinese when any of the data's own
+text (model names, subsets, categories, annotator groups, downstream metrics) is Chinese; a line under the title
+says which and how to switch (``--lang``).
 
 The HTML needs nothing outside itself: plots are inline SVG with text drawn as paths, the sorting script and
 styles are inline, and a Content-Security-Policy forbids every fetch.
@@ -47,10 +48,10 @@ from cheems.io import atomic_open, check_output_folder, check_outputs, outputs_t
 from cheems.records import CheemsInputError
 from cheems.report.page_content import (DASH, FORMATS, Figure, Num, Report, Section, Source, Table, auto_format,
                                         format_number)
-from cheems.report.page_inputs import KINDS, classify, data_labels, label_sources, read_result
+from cheems.report.page_inputs import KINDS, classify, data_texts, label_sources, read_result
 from cheems.report.render import render_html, render_markdown
 from cheems.report.sections import page_sections
-from cheems.report.wording import LANGUAGES, detect_language
+from cheems.report.wording import LANGUAGES, chinese_text, language_note
 
 __all__ = ["DASH", "FORMATS", "KINDS", "LANGUAGES", "Figure", "Num", "Report", "Section", "Source", "Table",
            "build_report",
@@ -60,7 +61,9 @@ __all__ = ["DASH", "FORMATS", "KINDS", "LANGUAGES", "Figure", "Num", "Report", "
 def build_report(paths: Sequence[str | Path], *, title: str | None = None, lang: str | None = None) -> Report:
     """Read every result file of ``paths`` (any mix of `KINDS`, told apart by content) and lay out the page.
 
-    ``lang``: ``en`` or ``zh`` (`LANGUAGES`); None picks it from the data (`detect_language` of `data_labels`).
+    ``lang``: ``en`` or ``zh`` (`LANGUAGES`); None picks it from the data: Chinese when any of its own text
+    (`data_texts`: names, subsets, categories, groups) holds Chinese, else English. The page says which and how
+    to switch (`Report.lang_note`).
     ``title``: the page's title (default: "Reward model report" in its language).
 
     A file that cannot be read, is not JSON, or is no known result is one CheemsInputError naming the file.
@@ -71,7 +74,9 @@ def build_report(paths: Sequence[str | Path], *, title: str | None = None, lang:
         raise CheemsInputError(f"must be one of {', '.join(LANGUAGES)}, got {lang!r}", field="--lang")
     sources = [read_result(p, i) for i, p in enumerate(paths)]
     label_sources(sources)
-    report = Report(sources, [], lang=lang or detect_language(data_labels(sources)))
+    example = chinese_text(data_texts(sources))
+    chosen = lang or ("zh" if example is not None else "en")
+    report = Report(sources, [], lang=chosen, lang_note=language_note(chosen, lang is not None, example))
     report.title = title or report.say("title")
     report.sections.extend(page_sections(report))
     return report
@@ -98,6 +103,8 @@ def write_report(report: Report, html_path: str | Path, markdown_path: str | Pat
     is one CheemsInputError naming it, and nothing is written. The PNGs are written one by one, each
     atomically; the HTML and the Markdown appear together at the end or not at all. Returns the paths written,
     the HTML first."""
+    from cheems.report.plots import plotting
+
     html_path = Path(html_path)
     markdown_path = Path(markdown_path) if markdown_path is not None else None
     inputs = [s.path for s in report.sources]
@@ -106,11 +113,12 @@ def write_report(report: Report, html_path: str | Path, markdown_path: str | Pat
     if files_dir is not None:
         check_output_folder(files_dir, inputs)
     _unique_figure_names(report)
-    page = render_html(report).encode("utf-8")
+    with plotting():  # the HTML's figures and the Markdown's: one font lookup, one warning without a CJK font
+        page = render_html(report).encode("utf-8")
+        text, images = render_markdown(report, quote(files_dir.name)) if files_dir is not None else ("", {})
     written: list[Path] = []
     markdown = b""
     if files_dir is not None:
-        text, images = render_markdown(report, quote(files_dir.name))
         markdown = text.encode("utf-8")
         for name, data in images.items():
             with atomic_open(files_dir / name) as f:

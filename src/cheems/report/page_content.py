@@ -185,12 +185,14 @@ class Source:
 @dataclass
 class Report:
     """What `cheems.report.page.build_report` read (``sources``, in the order given), the page's ``sections``,
-    its title and its language (``lang``, one of `cheems.report.wording.LANGUAGES`)."""
+    its title, its language (``lang``, one of `cheems.report.wording.LANGUAGES`) and the line under the title that
+    says why and how to switch (``lang_note``; `code` in backquotes)."""
 
     sources: list[Source]
     sections: list[Section]
     title: str = "cheems report"
     lang: str = "en"
+    lang_note: str = ""
 
     def of_kind(self, kind: str) -> list[Source]:
         return [s for s in self.sources if s.kind == kind]

@@ -20,7 +20,7 @@ from cheems.io import read_text_file
 from cheems.records import CheemsInputError, is_integer, is_number
 from cheems.report.page_content import Source
 
-__all__ = ["KINDS", "NUMBER_OR_NULL", "REQUIRED", "classify", "compare_side", "data_labels", "label_sources",
+__all__ = ["KINDS", "NUMBER_OR_NULL", "REQUIRED", "classify", "compare_side", "data_texts", "label_sources",
            "read_result"]
 
 KINDS = ("eval", "bon", "compare", "correlate", "curate", "bias", "train_log", "experiment")
@@ -217,26 +217,29 @@ def label_sources(sources: list[Source]) -> None:
                 s.label = attempt(s)
 
 
-def data_labels(sources: list[Source]) -> list[str]:
-    """The data's own labels, which tell the language of its readers: categories (of evaluations, best-of-n
-    curves, comparisons and curation stages), annotator groups and downstream metrics."""
-    labels: list[str] = []
+def data_texts(sources: list[Source]) -> list[str]:
+    """The data's own text, which tells the language of its readers: the inputs' labels (model names, ``a vs b``,
+    stages, experiment folders), subsets and categories (of evaluations, best-of-n curves, comparisons, curation
+    stages and experiments), annotator groups, downstream metrics and the experiments' datasets. (The results
+    hold no prompts: those stay in the benchmark.)"""
+    texts: list = [s.label for s in sources]
     for s in sources:
         d = s.data if isinstance(s.data, dict) else {}
         if s.kind == "eval":
-            labels += [c for sub in d["subsets"].values() if isinstance(sub, dict)
-                       for c in (sub.get("categories") or {})]
+            texts += list(d["subsets"])
+            texts += [c for sub in d["subsets"].values() if isinstance(sub, dict)
+                      for c in (sub.get("categories") or {})]
         elif s.kind in ("bon", "compare"):
-            labels += list(d.get("categories") or {})
+            texts += list(d.get("categories") or {})
         elif s.kind == "curate":
-            labels += list(d.get("by_category") or {})
+            texts += list(d.get("by_category") or {})
         elif s.kind == "bias":
-            labels += list(d)
+            texts += list(d)
         elif s.kind == "correlate":
-            labels += [m for m in d.get("downstream_metrics") or [] if isinstance(m, str)]
+            texts += [m for m in [*(d.get("models") or []), *(d.get("downstream_metrics") or [])] if isinstance(m, str)]
         elif s.kind == "experiment":
-            labels += list(d["categories"])
-    return [str(x) for x in labels]
+            texts += [*d["subsets"], *d["categories"], *(row["dataset"] for t in d["tables"] for row in t["rows"])]
+    return [str(x) for x in texts]
 
 
 def compare_side(s: Source, side: str) -> str:

@@ -3,23 +3,32 @@
 Each ``draw_*`` function fills a matplotlib ``Figure`` from plain data (lists and dicts taken from
 the result files); `figure_svg` turns a drawing into an SVG string to inline in HTML (text drawn as
 paths, so Chinese labels need no font in the browser) and `figure_png` into PNG bytes for the
-Markdown report. Chinese labels use the CJK font of `cheems.curation.bias.cjk_font_rc`.
+Markdown report. Legends stand beside the axes (`LEGEND_BESIDE`), never on the data.
+
+Chinese labels are drawn with the CJK font of `cheems.curation.bias.cjk_font`, looked up once per
+`plotting` session (one page: its HTML and its Markdown). Without one, the session gives one
+`MissingFontWarning` naming the Debian/Ubuntu package to install, and matplotlib's warning for every
+glyph it cannot draw is silenced while our figures are drawn (and only then).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import io
+import logging
 import math
 import re
+import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-from cheems.curation.bias import cjk_font_rc
+from cheems.curation.bias import CJK_PACKAGES, cjk_font
 from cheems.records import CheemsInputError
 
-__all__ = ["Drawing", "MAX_LINE_POINTS", "ScalingLine", "draw_bias_length", "draw_bon_curves", "draw_category_bars",
-           "draw_correlation_heatmap", "draw_scaling", "draw_training_curves", "figure_png", "figure_svg",
-           "thin_points"]
+__all__ = ["Drawing", "LEGEND_BESIDE", "MAX_LINE_POINTS", "MissingFontWarning", "ScalingLine", "draw_bias_length",
+           "draw_bon_curves", "draw_category_bars", "draw_correlation_heatmap", "draw_scaling",
+           "draw_training_curves", "figure_png", "figure_svg", "laid_out", "plotting", "thin_points"]
 
 Drawing = Callable[["object"], None]
 """A function that draws into a matplotlib ``Figure``."""
@@ -27,8 +36,75 @@ Drawing = Callable[["object"], None]
 MAX_LINE_POINTS = 2000
 """Most points of one line drawn (a long training log is thinned evenly; the tables keep every value)."""
 
+LEGEND_BESIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": "small"}
+"""Where every legend goes: outside the axes, to the right of their top corner, so it covers no data
+(`laid_out` makes room for it)."""
+
 FIGSIZE = (8.0, 4.4)
 SVG_HASH_SALT = "cheems-report"  # fixed ids in the SVG: the same inputs give the same page
+
+
+class MissingFontWarning(UserWarning):
+    """No CJK font is installed: Chinese labels in the plots show as boxes."""
+
+
+_UNSET = object()
+
+
+@dataclass
+class _FontChoice:
+    """The CJK font of one `plotting` session: looked up at its first Chinese label, warned about once."""
+
+    font: object = _UNSET  # str, None (none installed) or _UNSET (not looked up yet)
+
+    def rc(self, texts: Iterable[str]) -> dict:
+        if all(t.isascii() for t in texts):
+            return {}
+        if self.font is _UNSET:
+            self.font = cjk_font()
+            if self.font is None:
+                warnings.warn(f"no CJK font installed: Chinese labels in the plots show as boxes; install one "
+                              f"(Debian/Ubuntu: apt-get install {CJK_PACKAGES[0]}, or the smaller "
+                              f"{CJK_PACKAGES[1]})", MissingFontWarning, stacklevel=4)
+        return {"font.family": ["DejaVu Sans", self.font]} if self.font else {}
+
+
+_SESSION: contextvars.ContextVar[_FontChoice | None] = contextvars.ContextVar("cheems_plotting", default=None)
+
+
+@contextlib.contextmanager
+def plotting() -> Iterator[None]:
+    """A session of figures (one page): the CJK font is looked up once and a missing one warned about
+    once. Nested sessions are the outer one; a figure drawn outside any is a session of its own."""
+    if _SESSION.get() is not None:
+        yield
+        return
+    token = _SESSION.set(_FontChoice())
+    try:
+        yield
+    finally:
+        _SESSION.reset(token)
+
+
+class _NoGlyphLogs(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = str(record.msg)
+        return not (text.startswith("findfont") or "missing from font" in text)
+
+
+@contextlib.contextmanager
+def _quiet_glyphs() -> Iterator[None]:
+    """Matplotlib's per-glyph complaints (``Glyph 20195 ... missing from font(s) DejaVu Sans``, as warnings,
+    and ``findfont`` log lines) silenced while one of our figures is drawn; `MissingFontWarning` says it once."""
+    logger, quiet = logging.getLogger("matplotlib.font_manager"), _NoGlyphLogs()
+    logger.addFilter(quiet)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
+            warnings.filterwarnings("ignore", message=r"findfont", category=UserWarning)
+            yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def _figure(size: tuple[float, float]):
@@ -42,17 +118,25 @@ def _figure(size: tuple[float, float]):
     return fig
 
 
+def laid_out(draw: Drawing, size: tuple[float, float] = FIGSIZE):
+    """A matplotlib ``Figure`` of ``size`` inches with ``draw`` drawn on it and its layout made tight (axes,
+    labels and the legends beside them all inside the figure)."""
+    fig = _figure(size)
+    draw(fig)
+    fig.tight_layout()
+    return fig
+
+
 def _render(draw: Drawing, texts: Iterable[str], fmt: str, size: tuple[float, float]) -> bytes:
     from matplotlib import rc_context
 
-    rc = {**cjk_font_rc(list(texts)), "svg.fonttype": "path", "svg.hashsalt": SVG_HASH_SALT}
-    with rc_context(rc):
-        fig = _figure(size)
-        draw(fig)
-        fig.tight_layout()
-        out = io.BytesIO()
-        metadata = {"Date": None} if fmt == "svg" else {"Software": None}
-        fig.savefig(out, format=fmt, metadata=metadata)
+    with plotting():
+        rc = {**_SESSION.get().rc(list(texts)), "svg.fonttype": "path", "svg.hashsalt": SVG_HASH_SALT}
+        with rc_context(rc), _quiet_glyphs():
+            fig = laid_out(draw, size)
+            out = io.BytesIO()
+            metadata = {"Date": None} if fmt == "svg" else {"Software": None}
+            fig.savefig(out, format=fmt, metadata=metadata, bbox_inches="tight", pad_inches=0.05)
     return out.getvalue()
 
 
@@ -105,7 +189,7 @@ def draw_category_bars(title: str, categories: list[str], series: dict[str, list
         ax.set_ylim(0, 1)
         ax.set_ylabel(y_label)
         ax.set_title(title)
-        ax.legend(fontsize="small")
+        ax.legend(**LEGEND_BESIDE)
     return draw
 
 
@@ -135,7 +219,7 @@ def draw_bon_curves(curves: dict[str, list[dict]], title: str = "Best-of-n",
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         ax.set_title(title)
-        ax.legend(fontsize="small")
+        ax.legend(**LEGEND_BESIDE)
     return draw
 
 
@@ -170,6 +254,7 @@ def draw_bias_length(bins: list[str], groups: dict[str, list[tuple]], title: str
     def draw(fig) -> None:
         ax = fig.add_subplot()
         plot_length_bias(ax, bins, groups, title)
+        ax.legend(**LEGEND_BESIDE)  # in place of the one plot_length_bias puts on the axes
         if x_label:
             ax.set_xlabel(x_label)
         if y_label:
@@ -191,13 +276,13 @@ def draw_training_curves(title: str, losses: dict[str, tuple[list, list]], evals
         axes[0].set_xlabel(step_label)
         axes[0].set_ylabel(loss_label)
         axes[0].set_title(title)
-        axes[0].legend(fontsize="small")
+        axes[0].legend(**LEGEND_BESIDE)
         if evals:
             for name, (xs, ys) in evals.items():
                 axes[1].plot(*thin_points(xs, ys), marker="o", label=name)
             axes[1].set_xlabel(step_label)
             axes[1].set_title(eval_label)
-            axes[1].legend(fontsize="small")
+            axes[1].legend(**LEGEND_BESIDE)
     return draw
 
 
@@ -240,5 +325,5 @@ def draw_scaling(title: str, lines: list[ScalingLine], x_label: str, y_label: st
         ax.set_ylabel(y_label)
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot, off the points
+        ax.legend(**LEGEND_BESIDE)
     return draw

@@ -12,6 +12,7 @@ PNG linked from a folder beside the Markdown file.
 from __future__ import annotations
 
 import html
+import re
 
 from cheems.report.page_content import DASH, Block, Cell, Figure, Num, Report, Table
 
@@ -28,7 +29,7 @@ table.sortable th{cursor:pointer;user-select:none} table.sortable th:hover{backg
 th[aria-sort=ascending]::after{content:" ▲"} th[aria-sort=descending]::after{content:" ▼"}
 caption{text-align:left;font-weight:bold;padding:4px 0;white-space:nowrap} .num{font-variant-numeric:tabular-nums}
 figure{margin:1em 0} figure svg{max-width:100%;height:auto} figcaption{color:#555;font-size:13px}
-.wide{overflow-x:auto}
+.wide{overflow-x:auto} p.note{color:#555;font-size:13px;margin-top:0}
 """
 
 SORT_SCRIPT = """
@@ -125,22 +126,34 @@ def _block_html(block: Block, files: list[str]) -> str:
     return f"<p>{html.escape(block)}</p>"
 
 
+def _note_html(note: str) -> str:
+    """The line under the title, its `backquoted` parts as code; nothing without one."""
+    if not note:
+        return ""
+    return '<p class="note">' + re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(note)) + "</p>"
+
+
 def render_html(report: Report) -> str:
-    """The whole page as one HTML document (plots drawn now, as inline SVG)."""
+    """The whole page as one HTML document (plots drawn now, as inline SVG, in one `cheems.report.plots.plotting`
+    session)."""
+    from cheems.report.plots import plotting
+
     title = html.escape(report.title)
     nav = " ".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in report.sections)
     files = [s.path.name for s in report.sources]
     body = []
-    for section in report.sections:
-        body.append(f'<section id="{section.anchor}"><h2>{html.escape(section.title)}</h2>')
-        body.extend(_block_html(b, files) for b in section.blocks)
-        body.append("</section>")
+    with plotting():
+        for section in report.sections:
+            body.append(f'<section id="{section.anchor}"><h2>{html.escape(section.title)}</h2>')
+            body.extend(_block_html(b, files) for b in section.blocks)
+            body.append("</section>")
     return "\n".join([
         "<!DOCTYPE html>", f'<html lang="{report.say("html_lang")}"><head><meta charset="utf-8">',
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{title}</title><style>{STYLE}</style></head><body>",
-        f"<h1>{title}</h1><nav>{nav}</nav>", *body, f"<script>{SORT_SCRIPT}</script>", "</body></html>", ""])
+        f"<h1>{title}</h1>{_note_html(report.lang_note)}<nav>{nav}</nav>", *body, f"<script>{SORT_SCRIPT}</script>",
+        "</body></html>", ""])
 
 
 # ----------------------------------------------------------------------------- Markdown
@@ -160,9 +173,17 @@ def _table_markdown(table: Table) -> str:
 def render_markdown(report: Report, files_dir: str) -> tuple[str, dict[str, bytes]]:
     """The page as Markdown and its plots as PNG: ``(markdown, {file name: PNG bytes})``; the Markdown links each
     plot as ``files_dir/NAME.png`` (``files_dir``: the folder's path relative to the Markdown file)."""
+    from cheems.report.plots import plotting
+
+    with plotting():
+        return _markdown(report, files_dir)
+
+
+def _markdown(report: Report, files_dir: str) -> tuple[str, dict[str, bytes]]:
     from cheems.report.plots import figure_png
 
-    out = [f"# {report.title}", "", " · ".join(f"[{s.title}](#{s.anchor})" for s in report.sections), ""]
+    out = [f"# {report.title}", "", *([report.lang_note, ""] if report.lang_note else []),
+           " · ".join(f"[{s.title}](#{s.anchor})" for s in report.sections), ""]
     images: dict[str, bytes] = {}
     for section in report.sections:
         out += [f"## {section.title}", ""]

@@ -471,7 +471,7 @@ def _training_section(report: Report) -> Section | None:
         title = say("training.of", label=s.label)
         axes = (say("step"), say("loss"), say("evaluation"))
         blocks.append(Figure(f"training_{s.index}", title, draw_training_curves(title, losses, evals, *axes),
-                             texts=[title, *evals, *axes]))
+                             texts=[title, *evals, *axes], size=(11.0, 4.4) if evals else (8.0, 4.4)))
         last = len(records) - 1
         keys = [k for k, v in records[last].items() if is_number(v) and not k.startswith("eval/")]
         blocks.append(Table([say("metric"), say("value")], [[k, s.num(last, k, fmt="auto")] for k in keys],

@@ -1,5 +1,6 @@
 """The words of the report page in each of its languages (`LANGUAGES`: English and Chinese), and the choice of
-language from the data (`detect_language`).
+language from the data (`detect_language`: Chinese when any of the data's own text is, else English) with
+the page's line saying why and how to switch (`language_note`).
 
 Every heading, column title, caption, note and plot label of the page is one entry of `WORDS`: a key and its
 English and Chinese text, with ``{name}`` fields filled by `say`. Names that come from the data (models,
@@ -11,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
-__all__ = ["KIND_NAMES", "LANGUAGES", "WORDS", "detect_language", "say"]
+__all__ = ["KIND_NAMES", "LANGUAGES", "WORDS", "chinese_text", "detect_language", "language_note", "say"]
 
 LANGUAGES = ("en", "zh")
 """The languages of the page: ``en`` (English) and ``zh`` (Chinese)."""
@@ -19,6 +20,11 @@ LANGUAGES = ("en", "zh")
 WORDS: dict[str, tuple[str, str]] = {
     "title": ("Reward model report", "奖励模型评测报告"),
     "html_lang": ("en", "zh-CN"),
+    "lang.data": ("This page is in English because the data's names and categories hold no Chinese; "
+                  "`--lang zh` writes it in Chinese.",
+                  "本页为中文，因为数据的名称或类别含有中文（如“{example}”）；`--lang en` 可生成英文版。"),
+    "lang.asked": ("This page is in English as asked (`--lang en`); `--lang {other}` writes it in Chinese.",
+                   "本页按 `--lang zh` 以中文生成；`--lang {other}` 可生成英文版。"),
     # inputs
     "inputs": ("Inputs", "输入文件"),
     "inputs.note": ("The files this page was made from. Hover over a number to see the file and the field it "
@@ -230,13 +236,24 @@ def say(lang: str, key: str, **fields: Any) -> str:
     return text.format(**fields) if fields else text
 
 
+def chinese_text(texts: Iterable[str]) -> str | None:
+    """The first of ``texts`` that holds a Chinese character (a CJK ideograph), or None."""
+    return next((str(t) for t in texts if _CJK.search(str(t))), None)
+
+
 def detect_language(texts: Iterable[str]) -> str:
-    """``zh`` when most of ``texts`` (the data's own labels: categories, groups, metric names) are Chinese,
-    else ``en``; texts without letters do not count."""
-    chinese = total = 0
-    for text in texts:
-        if not any(c.isalpha() for c in str(text)):
-            continue
-        total += 1
-        chinese += bool(_CJK.search(str(text)))
-    return "zh" if total and 2 * chinese > total else "en"
+    """``zh`` when any of ``texts`` (the data's own text: names, subsets, categories, groups, metric names)
+    holds a Chinese character, else ``en``."""
+    return "zh" if chinese_text(texts) is not None else "en"
+
+
+def language_note(lang: str, asked: bool, example: str | None = None) -> str:
+    """The page's line on its language and how to switch: as ``asked`` with ``--lang``, or else chosen from the
+    data (``example``: a Chinese text of the data, for a Chinese page)."""
+    if asked:
+        return say(lang, "lang.asked", other=LANGUAGES[1 - LANGUAGES.index(lang)])
+    return say(lang, "lang.data", example=_short(example or ""))
+
+
+def _short(text: str, limit: int = 24) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
