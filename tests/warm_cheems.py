@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -147,10 +146,12 @@ class WarmProcess:
         ``timeout`` seconds; "" when the parent closed the connection without one."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self._buffer:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not select.select([self._conn], [], [], left)[0]:
+            # a socket timeout rather than select(), which refuses descriptors over 1023
+            self._conn.settimeout(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            try:
+                chunk = self._conn.recv(64)
+            except (BlockingIOError, TimeoutError):
                 return None
-            chunk = self._conn.recv(64)
             if not chunk:
                 return ""
             self._buffer += chunk
