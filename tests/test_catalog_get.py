@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,12 @@ pytest.importorskip("datasets")
 from cheems.catalog.get import generic_entry, get_dataset, iter_converted, parse_spec, resolve_data  # noqa: E402
 from cheems.catalog.registry import CATALOG, find_entry  # noqa: E402
 from cheems.records import CheemsInputError  # noqa: E402
-from tests.conftest import run_cli_process  # noqa: E402
+from cheems.catalog.hub import first_line_not_json  # noqa: E402
+from cheems.catalog.tables import with_tables  # noqa: E402
+from tests.conftest import REPO_ROOT, run_cli_process  # noqa: E402
+
+
+FIXTURES = Path(__file__).parent / "fixtures" / "catalog"
 
 
 def _transcript(question: str, answer: str) -> str:
@@ -133,6 +139,9 @@ def test_offline_without_cache_says_so(tmp_path: Path, monkeypatch):
     r = run_cli_process(tmp_path, "stats", "hh-rlhf:harmless-base@test", env={"HF_DATASETS_OFFLINE": "1"})
     assert r.returncode == 2
     assert "not in the datasets cache and HF_DATASETS_OFFLINE" in r.stderr and "Traceback" not in r.stderr
+    # `stats` has no --source: the advice is the mirror variable and the folder to fill
+    assert "--source" not in r.stderr and "or set CHEEMS_HUB_MIRROR to a folder with a copy in Anthropic/hh-rlhf/" \
+        in r.stderr, r.stderr
 
 
 def test_commands_take_names_and_convert_once(mirror: Path, run_cli, tmp_path: Path):
@@ -325,3 +334,79 @@ def test_a_pair_whose_chosen_equals_its_rejected_is_kept_with_a_warning(run_cli,
     assert r.returncode == 0, r.stderr
     assert "wrote 2 rows" in r.stdout and r.stderr.count("identical text") == 1
     assert "warning: huozi@train: 1 row(s) hold two responses of identical text" in r.stderr
+
+
+# ----------------------------------------------------------------------------- lines that do not parse
+
+UNPARSED = "--skip-invalid leaves out rows that do not convert, not lines that do not parse"
+
+
+def test_a_line_that_is_not_json_names_its_file_and_line_and_what_skip_invalid_does(run_cli, tmp_path: Path):
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "train.jsonl").write_bytes(jsonl(PAIR) + b'{"prompt": "cut short\n' + jsonl(PAIR))
+    for flags in ((), ("--skip-invalid",)):  # datasets reads the file whole: the flag cannot skip the line
+        r = run_cli("data", "get", "hf:team/x", "--source", "src", "-o", "out.jsonl", *flags)
+        lines = [line for line in r.stderr.splitlines() if "examples/s]" not in line and line.strip()]  # datasets' bar
+        assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+        assert lines[0].startswith("error: src/train.jsonl:2: is not JSON") and UNPARSED in lines[0], r.stderr
+        assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_the_first_line_not_json_is_found_in_lines_and_documents(tmp_path: Path):
+    (tmp_path / "a.json").write_text(json.dumps({"data": [PAIR, PAIR]}, indent=2), encoding="utf-8")  # a document
+    (tmp_path / "b.jsonl").write_bytes(jsonl(PAIR, PAIR))
+    assert first_line_not_json(tmp_path) is None
+    (tmp_path / "c.json").write_text('[\n{"prompt": "x"},\n{"prompt": }\n]\n', encoding="utf-8")
+    found = first_line_not_json(tmp_path)
+    assert (found.file, found.line) == (str(tmp_path / "c.json"), 3) and "is not JSON" in str(found)
+    (tmp_path / "c.json").unlink()
+    with gzip.open(tmp_path / "d.jsonl.gz", "wb") as f:
+        f.write(jsonl(PAIR, PAIR) + b"{oops}\n")
+    found = first_line_not_json(tmp_path)
+    assert (found.file, found.line) == (str(tmp_path / "d.jsonl.gz"), 3)
+    assert first_line_not_json(tmp_path / "nowhere") is None
+
+
+def test_a_tsv_row_with_more_fields_than_its_header_is_one_line(run_cli, tmp_path: Path):
+    shutil.copytree(FIXTURES / "zhihu", tmp_path / "src")
+    with open(tmp_path / "src" / "zhihu_3k_rlfh.tsv", "a", encoding="utf-8") as f:
+        f.write("问\t答\t" + "\t".join(["多"] * 12) + "\n")
+    r = run_cli("data", "get", "zhihu", "--source", "src", "-o", "out.jsonl")
+    lines = [line for line in r.stderr.splitlines() if "examples/s]" not in line and line.strip()]  # datasets' bar
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "fields in line" in lines[0] and UNPARSED in lines[0], r.stderr
+
+
+# ----------------------------------------------------------------------------- the files of a local copy
+
+
+def test_data_info_names_the_files_a_local_copy_holds(run_cli):
+    r = run_cli("data", "info", "zhihu")
+    assert r.returncode == 0, r.stderr
+    assert "mirror folder: $CHEEMS_HUB_MIRROR/liyucheng/zhihu_rlhf_3k" in r.stdout
+    assert "files read: zhihu_3k_rlfh.tsv (train)" in r.stdout
+    r = run_cli("data", "info", "helpsteer2-preference")
+    assert "files read: preference/preference.jsonl.gz (train, validation)" in r.stdout
+    r = run_cli("data", "info", "cheemsbench")
+    assert "files read: data/cheems_bench/open.jsonl (open), data/cheems_bench/human.jsonl (human)" in r.stdout
+
+
+@pytest.mark.parametrize("command", [("data", "get", "zhihu", "-o", "out.jsonl"), ("stats", "zhihu")],
+                         ids=["data-get", "stats"])
+def test_a_mirror_file_of_another_name_is_one_line_naming_the_file(run_cli, tmp_path: Path, monkeypatch, command):
+    copy = tmp_path / "mirror" / "liyucheng" / "zhihu_rlhf_3k"
+    copy.mkdir(parents=True)
+    shutil.copy(FIXTURES / "zhihu" / "zhihu_3k_rlfh.tsv", copy / "zhihu.tsv")  # renamed on the way
+    monkeypatch.setenv("CHEEMS_HUB_MIRROR", str(tmp_path / "mirror"))
+    r = run_cli(*command)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0] == f"error: zhihu: {copy} has no zhihu_3k_rlfh.tsv; zhihu reads zhihu_3k_rlfh.tsv (train)", r.stderr
+
+
+def test_the_docs_tables_are_the_catalogue():
+    """docs/catalog.md's tables (the entries, the files of a local copy) are made from the entries:
+    `python -m cheems.catalog.tables docs/catalog.md` writes them afresh."""
+    page = (REPO_ROOT / "docs" / "catalog.md").read_text(encoding="utf-8")
+    assert page == with_tables(page), "run `python -m cheems.catalog.tables docs/catalog.md`"
+    assert "| `zhihu` | `liyucheng/zhihu_rlhf_3k/` | `zhihu_3k_rlfh.tsv` (train) |" in page

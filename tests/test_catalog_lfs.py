@@ -249,7 +249,7 @@ def test_an_unreachable_server_is_one_line(cache):
         fetch_release_file(ENTRY, "open", source=f"http://127.0.0.1:{port}/AlignRM/CheemsRM")
     text = _one_line(e)
     assert text.startswith("could not download data/cheems_bench/open.jsonl from http://127.0.0.1:")
-    assert text.endswith("; set --source to a local copy")
+    assert text.endswith("; or point --source at a local copy")
 
 
 def test_a_stalled_download_times_out_in_one_line(server, cache, monkeypatch):
@@ -259,7 +259,7 @@ def test_a_stalled_download_times_out_in_one_line(server, cache, monkeypatch):
         fetch_release_file(ENTRY, "open", source=server.url)
     server.stall.set()
     text = _one_line(e)
-    assert "timed out after 0.2 s; set --source to a local copy" in text and "/objects/" in text
+    assert "timed out after 0.2 s; or point --source at a local copy" in text and "/objects/" in text
     assert not cache.exists() or list(cache.iterdir()) == []
 
 
@@ -470,3 +470,45 @@ def test_rows_of_the_entry_through_the_catalogue_reader(server, cache):
     assert progress[-1] == (ENTRY.files["open"]["size"],) * 2
     assert [p.id for p in iter_converted(ENTRY, source=str(FIXTURE), split="human")] == ["ade5ecd96ef48924",
                                                                                          "9bebfe3fe18c3f77"]
+
+
+# ----------------------------------------------------------------------------- at the command line
+
+def _clone_with(tmp_path: Path, extra_line: bytes) -> Path:
+    """A local clone whose open.jsonl is the fixture's with ``extra_line`` after its first row."""
+    clone = tmp_path / "clone"
+    (clone / "data" / "cheems_bench").mkdir(parents=True)
+    first, rest = OPEN.read_bytes().split(b"\n", 1)
+    (clone / "data" / "cheems_bench" / "open.jsonl").write_bytes(first + b"\n" + extra_line + b"\n" + rest)
+    return clone
+
+
+def test_a_release_line_that_is_not_json_is_refused_saying_what_skip_invalid_does(run_cli, tmp_path, cache):
+    clone = _clone_with(tmp_path, b'{"input": "cut short')
+    get = ("data", "get", "cheemsbench", "--source", clone, "--revision", OTHER_REVISION, "-o", "bench.jsonl")
+    r = run_cli(*get)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert lines[0].startswith(f"error: {clone}/data/cheems_bench/open.jsonl:2: ") and \
+        lines[0].endswith("; --skip-invalid leaves such rows out and counts them"), r.stderr
+    assert not (tmp_path / "bench.jsonl").exists()
+    r = run_cli(*get, "--skip-invalid")  # ... and it does
+    assert r.returncode == 0 and "skipped 1 invalid row(s)" in r.stderr and "open.jsonl:2" in r.stderr, r.stderr
+    assert len((tmp_path / "bench.jsonl").read_text(encoding="utf-8").splitlines()) == 3
+
+
+def test_offline_advice_names_the_mirror_where_a_command_has_no_source(run_cli, tmp_path, cache):
+    """`stats` has no --source: the way to a local copy is $CHEEMS_HUB_MIRROR (and the files it must
+    hold); `data get` has --source and says so."""
+    env = {"HF_DATASETS_OFFLINE": "1", "CHEEMS_HUB_MIRROR": None}
+    r = run_cli("stats", "cheemsbench", env=env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "--source" not in r.stderr and r.stderr.rstrip().endswith(
+        "or set CHEEMS_HUB_MIRROR to a folder with a copy in AlignRM/CheemsRM/ holding data/cheems_bench/human.jsonl, "
+        "data/cheems_bench/open.jsonl"), r.stderr
+    r = run_cli("stats", "cheemsbench@human", env={**env, "CHEEMS_HUB_MIRROR": str(tmp_path / "mirror")})
+    assert r.returncode == 2 and "--source" not in r.stderr, r.stderr
+    assert f"or put a copy in {tmp_path / 'mirror' / 'AlignRM' / 'CheemsRM'} holding" in r.stderr, r.stderr
+    r = run_cli("data", "get", "cheemsbench", "-o", "bench.jsonl", env=env)
+    assert r.returncode == 2 and r.stderr.rstrip().endswith("; or point --source at a local copy"), r.stderr
+    assert "CHEEMS_HUB_MIRROR" not in r.stderr.split(";")[-1]

@@ -9,6 +9,7 @@ converter to cheems rows, loaded through Hugging Face ``datasets`` (the ``[datas
 - :mod:`cheems.catalog.lfs`: the Git LFS files of a GitHub repository (the Cheems releases);
 - :mod:`cheems.catalog.get`: converting a dataset to a cheems JSONL file, and resolving a
   name or ``hf:ID[:config][@split]`` wherever a command takes a data file.
+- :mod:`cheems.catalog.tables`: the catalogue as the tables of docs/catalog.md.
 """
 
 __all__: list[str] = []

@@ -94,6 +94,39 @@ class Entry:
     loader: str = "hub"
     files: dict[str, dict] = field(default_factory=dict)  # lfs: split -> {path, sha256, size}
 
+    @property
+    def mirror_folder(self) -> str:
+        """``OWNER/NAME``: the folder under ``$CHEEMS_HUB_MIRROR`` that holds a copy of the dataset."""
+        return self.hub_id.removeprefix("github:")
+
+    def file_names(self) -> dict[str, tuple[str, ...]]:
+        """The repository's files each split is read from (paths inside the repository), where
+        the entry names them: its ``data_files``, or its Git LFS ``files``. Empty where
+        ``datasets`` finds a split's files by the repository's own layout (its card's
+        ``configs:``, or files named after the split)."""
+        if self.loader == "lfs":
+            return {split: (spec["path"],) for split, spec in self.files.items()}
+        files = self.data_files
+        if files is None:
+            return {}
+        if not isinstance(files, dict):
+            files = {self.split: files}
+        return {split: (f,) if isinstance(f, str) else tuple(f) for split, f in files.items()}
+
+    def layout(self, quote: str = "") -> str:
+        """What a local copy of the dataset (``$CHEEMS_HUB_MIRROR/OWNER/NAME``, or a ``--source``
+        folder) holds for the entry to read it, in one line: each file read (between ``quote``
+        marks) and its splits."""
+        splits_of: dict[str, list[str]] = {}
+        for split, names in self.file_names().items():
+            for name in names:
+                splits_of.setdefault(name, []).append(split)
+        if splits_of:
+            return ", ".join(f"{quote}{name}{quote} ({', '.join(splits)})" for name, splits in splits_of.items())
+        folders = (f"; a folder per config ({', '.join(c + '/' for c in self.configs)})"
+                   if self.config_is_data_dir and self.configs else "")
+        return f"the repository as it is on the hub (its README.md card and data files){folders}"
+
 
 # ----------------------------------------------------------------------------- what converters share
 

@@ -26,15 +26,19 @@ from typing import Callable, Iterator
 import orjson
 
 from cheems.catalog.entry import Conversion, Entry
-from cheems.catalog.hub import HUB_ID, HubRows, mirror_source, open_rows
+from cheems.catalog.hub import HUB_ID, HubRows, NoHubAccess, mirror_source, open_rows
 from cheems.catalog.registry import CATALOG, entry_for_hub_id, find_entry
 from cheems.records import CheemsInputError, Prompt, identical_responses, validate_prompt
 
-__all__ = ["CONVERTER_VERSION", "DataSpec", "generic_entry", "get_dataset", "iter_converted", "licence_notice",
-           "parse_spec", "remember_licence_shown", "resolve_data", "resolve_data_paths", "source_files"]
+__all__ = ["CONVERTER_VERSION", "SKIP_INVALID_NOTE", "DataSpec", "generic_entry", "get_dataset", "iter_converted",
+           "licence_notice", "parse_spec", "remember_licence_shown", "resolve_data", "resolve_data_paths",
+           "source_files"]
 
 CONVERTER_VERSION = 1
 """Bumped when a conversion changes, so converted files cached under an older one are made again."""
+
+SKIP_INVALID_NOTE = "--skip-invalid leaves such rows out and counts them"
+"""What the error of a row that cannot be converted says of ``skip_invalid`` (`data get --skip-invalid`)."""
 
 Progress = Callable[[int, "int | None"], None]
 Notify = Callable[[str], None]
@@ -123,15 +127,28 @@ def _checked(spec: DataSpec, split: str | None, config: str | None, option: str 
 
 
 def _raw_rows(entry: Entry, *, source: str | None, split: str, config: str | None, revision: str | None,
-              progress: Progress | None, notify: Notify | None) -> HubRows:
+              skipped: list | None, progress: Progress | None, notify: Notify | None) -> HubRows:
+    """The split's raw rows; a line of a release file that is not JSON goes to ``skipped`` when
+    it is a list (``skip_invalid``), else is one error saying so."""
     source = source or mirror_source(entry.hub_id)
     if entry.loader == "lfs":
         from cheems.catalog.lfs import fetch_release_file
-        from cheems.formats.rows import iter_rows
 
         path = fetch_release_file(entry, split, revision=revision, source=source, progress=progress, notify=notify)
-        return HubRows(((line - 1, row) for line, row in iter_rows(path)), None, str(path))
+        return HubRows(_release_rows(path, skipped), None, str(path))
     return open_rows(entry, source=source, split=split, config=config, revision=revision or entry.revision)
+
+
+def _release_rows(path: Path, skipped: list | None) -> Iterator[tuple[int, dict]]:
+    from cheems.formats.rows import iter_rows
+
+    try:
+        for line, row in iter_rows(path, errors=skipped):
+            yield line - 1, row
+    except CheemsInputError as e:
+        if e.line is None:  # the file, not one of its rows
+            raise
+        raise CheemsInputError(f"{e.message}; {SKIP_INVALID_NOTE}", file=e.file, line=e.line, field=e.field) from None
 
 
 def iter_converted(spec: str | Entry | DataSpec, *, source: str | None = None, split: str | None = None,
@@ -146,7 +163,10 @@ def iter_converted(spec: str | Entry | DataSpec, *, source: str | None = None, s
     entry = spec.entry
     split, config, option = _checked(spec, split, config, option)
     shown = licence_notice(entry, notify)
+    if skip_invalid and errors is None:
+        errors = []
     raw = _raw_rows(entry, source=source, split=split, config=config, revision=revision,
+                    skipped=errors if skip_invalid else None,
                     progress=progress if entry.loader == "lfs" else None, notify=notify)
     conv = Conversion(entry.name, split, config, option)
     convert = entry.convert
@@ -200,7 +220,7 @@ def _converted(convert, row, index: int, conv: Conversion, where: str, skip_inva
     except CheemsInputError as e:
         located = e.located(file=f"{where}@{conv.split}", line=index + 1 if index >= 0 else None)
         if not skip_invalid:
-            raise CheemsInputError(f"{located.message}; --skip-invalid leaves such rows out and counts them",
+            raise CheemsInputError(f"{located.message}; {SKIP_INVALID_NOTE}",
                                    file=located.file, line=located.line, field=located.field) from None
         if errors is not None:
             errors.append(located)
@@ -309,10 +329,13 @@ def resolve_data(arg: str | os.PathLike, *, progress: Progress | None = None, no
     cached = _cache_file(str(arg), spec)
     if cached.is_file():
         return cached
-    summary = get_dataset(spec, cached, progress=progress, notify=notify, skip_invalid=True)
+    try:
+        summary = get_dataset(spec, cached, progress=progress, notify=notify, skip_invalid=True)
+    except NoHubAccess as e:  # the command that reads the name has no --source: the mirror is the way
+        raise e.for_mirror(spec.entry) from None
     if summary["skipped"] and notify is not None:
         notify(f"note: {summary['skipped']} row(s) of {arg} could not be converted and were left out "
-               f"(`cheems data get {arg} -o FILE` names each)")
+               f"(`cheems data get {arg} --skip-invalid -o FILE` names each)")
     return cached
 
 

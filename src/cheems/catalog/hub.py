@@ -11,6 +11,7 @@ or config (with the ones there are), not found, gated, offline without a cached 
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import os
 import re
@@ -21,8 +22,8 @@ from typing import Any, Iterator
 from cheems.catalog.entry import Entry
 from cheems.records import CheemsInputError
 
-__all__ = ["BATCH_ROWS", "HUB_ID", "HubRows", "MISSING_EXTRA", "first_non_utf8_line", "mirror_source", "offline",
-           "open_rows"]
+__all__ = ["BATCH_ROWS", "HUB_ID", "SOURCE_ADVICE", "UNPARSED_NOTE", "HubRows", "MISSING_EXTRA", "NoHubAccess",
+           "first_line_not_json", "first_non_utf8_line", "mirror_advice", "mirror_source", "offline", "open_rows"]
 
 MISSING_EXTRA = "reading datasets by name needs the datasets extra: pip install 'cheems[datasets]'"
 BATCH_ROWS = 1000
@@ -49,6 +50,39 @@ def mirror_source(hub_id: str) -> str | None:
         return None
     folder = Path(mirror).expanduser() / hub_id.removeprefix("github:")
     return str(folder) if folder.is_dir() else None
+
+
+SOURCE_ADVICE = "or point --source at a local copy"
+"""What to do when the hub cannot be read, on `cheems data get` (the command with --source)."""
+
+
+def mirror_advice(entry: Entry) -> str:
+    """What to do when the hub cannot be read, where a command has no --source (a name given
+    where a data file goes): put a copy where ``$CHEEMS_HUB_MIRROR`` makes every name read it,
+    naming the files the entry reads where it names them."""
+    files = sorted({name for names in entry.file_names().values() for name in names})
+    holding = f" holding {', '.join(files)}" if files else ""
+    mirror = os.environ.get("CHEEMS_HUB_MIRROR", "").strip()
+    if mirror:
+        return (f"or put a copy in {Path(mirror).expanduser() / entry.mirror_folder}{holding} "
+                "(that folder of $CHEEMS_HUB_MIRROR is missing)")
+    return f"or set CHEEMS_HUB_MIRROR to a folder with a copy in {entry.mirror_folder}/{holding}"
+
+
+class NoHubAccess(CheemsInputError):
+    """The hub could not be read (offline without a cached copy, gated, unreachable): the
+    ``reason``, then the advice to read a local copy instead. The advice names --source, the
+    flag of `cheems data get`; :meth:`for_mirror` names ``$CHEEMS_HUB_MIRROR`` instead, for the
+    commands that read a name where a data file goes and have no --source."""
+
+    def __init__(self, reason: str, *, advice: str = SOURCE_ADVICE, file: str | None = None,
+                 line: int | None = None, field: str | None = None):
+        self.reason = reason
+        super().__init__(f"{reason}; {advice}", file=file, line=line, field=field)
+
+    def for_mirror(self, entry: Entry) -> "NoHubAccess":
+        """The same error, advising ``$CHEEMS_HUB_MIRROR`` (:func:`mirror_advice`) instead of --source."""
+        return NoHubAccess(self.reason, advice=mirror_advice(entry), file=self.file, line=self.line, field=self.field)
 
 
 def offline() -> bool:
@@ -90,6 +124,7 @@ def open_rows(entry: Entry, *, source: str | None = None, split: str, config: st
     kwargs = _load_kwargs(entry, local=local, split=split, config=config, revision=revision, streaming=stream)
     path = str(Path(where).expanduser()) if local else where
     logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retry warnings; the failure is one line
+    logging.getLogger("datasets.packaged_modules").setLevel(logging.CRITICAL)  # "Failed to read file": raised too
     dataset = _call_datasets(datasets.load_dataset, path, kwargs, entry, where)
     if stream:
         return HubRows(enumerate(_guarded(iter(dataset), entry, where)), None, where)
@@ -206,24 +241,95 @@ def _load_error(e: Exception, entry: Entry, where: str) -> CheemsInputError:
         found = first_non_utf8_line(where)
         if found is not None:
             return found
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    text = _EXTENSION_LIST.sub("", str(e).strip().splitlines()[0]) if str(e).strip() else type(e).__name__
     name = type(e).__name__
     lowered = text.lower()
     if offline() and ("offline" in lowered or "connection" in lowered or name in ("ConnectionError",
                                                                                   "OfflineModeIsEnabled")):
-        return CheemsInputError(f"{entry.name}: {where} is not in the datasets cache and HF_DATASETS_OFFLINE/"
-                                "HF_HUB_OFFLINE is set; unset it to download once, or point --source at a local copy")
+        return NoHubAccess(f"{entry.name}: {where} is not in the datasets cache and HF_DATASETS_OFFLINE/"
+                           "HF_HUB_OFFLINE is set; unset it to download once")
     if "gated" in lowered or "401" in text or "403" in text or "authenticat" in lowered:
-        return CheemsInputError(f"{entry.name}: {where} is gated: accept its terms on the hub and log in "
-                                f"(`hf auth login` or HF_TOKEN), or point --source at a local copy ({text})")
+        return NoHubAccess(f"{entry.name}: {where} is gated: accept its terms on the hub and log in "
+                           f"(`hf auth login` or HF_TOKEN) ({text})")
     if name in ("DatasetNotFoundError", "FileNotFoundError", "EmptyDatasetError", "DataFilesNotFoundError"):
-        return CheemsInputError(f"{entry.name}: {where} not found or holds no data files for this "
-                                f"split/config ({text})")
+        return _not_found(entry, where, text)
     if "split" in lowered and ("unknown" in lowered or "should be one of" in lowered):
         return CheemsInputError(f"{entry.name}: {text}", field="--split")
     if "config" in lowered and ("not found" in lowered or "available" in lowered):
         return CheemsInputError(f"{entry.name}: {text}", field="--config")
     if name in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "HTTPError") or "connection" in lowered:
-        return CheemsInputError(f"{entry.name}: could not reach the hub for {where} ({text}); "
-                                "point --source at a local copy")
+        return NoHubAccess(f"{entry.name}: could not reach the hub for {where} ({text})")
+    if name == "DatasetGenerationError":
+        return _not_parsed(e, entry, where)
     return CheemsInputError(f"{entry.name}: datasets could not read {where}: {name}: {text}")
+
+
+_EXTENSION_LIST = re.compile(r" with any supported extension \[[^\]]*\]")
+"""What ``datasets`` appends to a file it did not find: every extension it reads (about 400)."""
+
+
+def _not_found(entry: Entry, where: str, text: str) -> CheemsInputError:
+    """A repository, folder or file that is not there: where the entry names the files it reads,
+    the one missing and the files a copy must hold."""
+    missing = re.search(r"Unable to find '([^']+)'", text)
+    expected = [name for names in entry.file_names().values() for name in names]
+    named = next((name for name in expected if missing and missing[1].endswith(name)), None)
+    if named is None:
+        return CheemsInputError(f"{entry.name}: {where} not found or holds no data files for this "
+                                f"split/config ({text})")
+    return CheemsInputError(f"{entry.name}: {where} has no {named}; {entry.name} reads {entry.layout()}")
+
+
+UNPARSED_NOTE = ("--skip-invalid leaves out rows that do not convert, not lines that do not parse (datasets reads "
+                 "each file whole): mend or delete that line")
+"""What a line that does not parse (as JSON, as a CSV row) says of --skip-invalid."""
+
+
+def _not_parsed(e: Exception, entry: Entry, where: str) -> CheemsInputError:
+    """A data file ``datasets`` could not turn into rows: the first line that is not JSON where
+    the folder is local and one is found, else the reader's own reason (pandas names the CSV
+    line)."""
+    found = first_line_not_json(where)
+    if found is not None:
+        return CheemsInputError(f"{found.message}; {UNPARSED_NOTE}", file=found.file, line=found.line)
+    cause = e.__cause__ or e.__context__ or e
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    return CheemsInputError(f"{entry.name}: datasets could not read {where}: {type(cause).__name__}: {text}; "
+                            f"{UNPARSED_NOTE}")
+
+
+_JSON_FILE = re.compile(r"\.(jsonl|json)(\.gz)?$", re.IGNORECASE)
+
+
+def first_line_not_json(folder: str | os.PathLike) -> CheemsInputError | None:
+    """The first line of a JSON or JSON Lines file (gzipped or not) under ``folder`` that does not
+    parse, as an error naming its file and line; None when every one parses (or ``folder`` is no
+    local folder). A file that parses whole is one JSON document; one that does not and starts
+    with ``[`` is a broken document (its error's line); any other is one object a line."""
+    root = Path(folder).expanduser()
+    files = sorted(p for p in root.rglob("*") if _JSON_FILE.search(p.name) and p.is_file()) if root.is_dir() else []
+    for path in files:
+        opener = gzip.open if path.name.lower().endswith(".gz") else open
+        try:
+            with opener(path, "rt", encoding="utf-8") as f:
+                text = f.read()
+            json.loads(text)
+            continue  # one JSON document (or a file of one line) that parses
+        except (OSError, EOFError, UnicodeDecodeError):
+            continue  # the reader's to report (first_non_utf8_line names bytes that are not UTF-8)
+        except json.JSONDecodeError as whole:
+            bad = (whole.lineno, whole.colno, whole.msg) if text.lstrip().startswith("[") else _first_bad_line(text)
+        if bad is not None:
+            return CheemsInputError(f"is not JSON ({bad[2]}, column {bad[1]})", file=str(path), line=bad[0])
+    return None
+
+
+def _first_bad_line(text: str) -> tuple[int, int, str] | None:
+    """(line, column, what is wrong) of the first line of ``text`` (JSON Lines) that is not JSON."""
+    for number, line in enumerate(text.split("\n"), 1):
+        try:
+            if line.strip():
+                json.loads(line)
+        except json.JSONDecodeError as e:
+            return number, e.colno, e.msg
+    return None

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
-from cheems.catalog.hub import offline
+from cheems.catalog.hub import NoHubAccess, offline
 from cheems.catalog.entry import Entry
 from cheems.io import remove_stale_temps, temp_name
 from cheems.llm.cache import cache_folder
@@ -137,8 +137,8 @@ def fetch_release_file(entry: Entry, split: str | None, *, revision: str | None 
         raw_base += "/raw"
     path = spec["path"]
     if offline() and (not pinned or not _cached(release_cache_path(spec["sha256"]), spec["size"])):
-        raise CheemsInputError(f"{entry.name}: {path} is not in the cheems cache and HF_DATASETS_OFFLINE/"
-                               "HF_HUB_OFFLINE is set; unset it to download once, or point --source at a local clone")
+        raise NoHubAccess(f"{entry.name}: {path} is not in the cheems cache and HF_DATASETS_OFFLINE/"
+                          "HF_HUB_OFFLINE is set; unset it to download once")
     if pinned:
         pointer = LfsPointer(spec["sha256"], spec["size"])
     else:
@@ -217,7 +217,7 @@ def _file_sha256(path: Path) -> str:
 
 def _failure(what: str, url: str, reason: str) -> CheemsInputError:
     reason = " ".join(str(reason).split()) or "no reason given"
-    return CheemsInputError(f"could not download {what} from {url}: {reason}; set --source to a local copy")
+    return NoHubAccess(f"could not download {what} from {url}: {reason}")
 
 
 def _reason(e: BaseException) -> str:

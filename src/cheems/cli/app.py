@@ -8,22 +8,33 @@ The commands live by group: :mod:`cheems.cli.data` (tasks, rank, validate, stats
 on :data:`app` when imported, and the application imports a command's module only when the
 command is looked up (:class:`CommandGroup`): ``cheems rank`` imports the data commands and
 nothing of scoring, curation, training or serving.
+
+A command that needs a package of an extra that is not installed (torch for ``init-model``,
+matplotlib for ``report``) ends in one line naming the extra that installs it, whatever command it
+is: :meth:`CommandGroup.main` turns the ModuleNotFoundError into that line, from the extras of
+pyproject.toml (:func:`extras_by_module`).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from typing import Optional
+import importlib.metadata
+import re
+import sys
+from typing import Optional, Sequence
 
 import typer
 from typer.core import TyperGroup
 
 from cheems.cli.coercion import install as _install_plain_coercion
+from cheems.cli.console import EXIT_BAD_INPUT, err
 from cheems.formats import FORMAT_NAMES
 
 _install_plain_coercion()  # plain flag values converted without importing pydantic
 
-__all__ = ["COMMAND_MODULES", "FORMAT_HELP", "CommandGroup", "app", "load_commands"]
+__all__ = ["COMMAND_MODULES", "FORMAT_HELP", "IMPORT_NAMES", "CommandGroup", "app", "extra_for", "extras_by_module",
+           "load_commands", "missing_extra_line"]
 
 FORMAT_HELP = f"Read every row as this format instead of detecting it row by row: {', '.join(FORMAT_NAMES)}."
 
@@ -42,6 +53,75 @@ COMMAND_MODULES = {
 that registers it."""
 
 
+# ----------------------------------------------------------------------------- missing extras
+
+IMPORT_NAMES = {"pyyaml": "yaml", "argon2-cffi": "argon2", "markdown-it-py": "markdown_it"}
+"""The top-level module of each distribution of the extras whose import name is not its own name
+(lower case, ``-`` and ``.`` as ``_``)."""
+
+NOT_ADVISED = ("dev",)
+"""Extras never named in an error: the development bundle of all the others."""
+
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?")
+_EXTRA_MARKER = re.compile(r"""\bextra\s*==\s*["']([^"']+)["']""")
+
+
+@functools.lru_cache(maxsize=1)
+def extras_by_module() -> dict[str, tuple[str, ...]]:
+    """Each top-level module an extra of cheems installs -> the extras that install it, those
+    that list it themselves first (in pyproject order), then those that include such an extra
+    (``train = ["cheems[models]", ...]``). Read from the installed package's metadata, which is
+    pyproject.toml's ``[project.optional-dependencies]``; empty when cheems is not installed."""
+    try:
+        requirements = importlib.metadata.requires("cheems") or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    direct: dict[str, list[str]] = {}  # extra -> modules it lists
+    included: dict[str, list[str]] = {}  # extra -> extras it includes
+    for requirement in requirements:
+        requirement, _, marker = requirement.partition(";")
+        extra, named = _EXTRA_MARKER.search(marker), _REQUIREMENT.match(requirement)
+        if extra is None or named is None or extra[1] in NOT_ADVISED:
+            continue  # a core dependency, or the development bundle
+        name = named[1].lower()
+        if name == "cheems":
+            included.setdefault(extra[1], []).extend(e.strip() for e in (named[2] or "").split(","))
+        else:
+            direct.setdefault(extra[1], []).append(IMPORT_NAMES.get(name, re.sub(r"[-.]", "_", name)))
+    found: dict[str, list[str]] = {}
+    for extra, modules in direct.items():
+        for module in modules:
+            found.setdefault(module, []).append(extra)
+    for extra, bundled in included.items():  # one level deep: no extra of ours includes a bundle
+        for module in {m for e in bundled for m in direct.get(e, ())}:
+            found[module].append(extra)
+    return {module: tuple(dict.fromkeys(extras)) for module, extras in found.items()}
+
+
+def extra_for(module: str, command: Sequence[str] = ()) -> Optional[str]:
+    """The extra to install for the missing ``module`` (a dotted name counts by its top level):
+    one named like a word of the command (``cheems serve`` -> serve, though annotate has
+    fastapi too), else the first that lists it. None for a module no extra installs."""
+    extras = extras_by_module().get(module.partition(".")[0], ())
+    return next((e for e in extras if e in command), extras[0] if extras else None)
+
+
+def missing_extra_line(error: ModuleNotFoundError, command: Sequence[str]) -> Optional[str]:
+    """The one line that names the extra providing the module ``error`` found missing, for the
+    command ``command`` (its words after ``cheems``); None when no extra provides it (a bug).
+    A submodule missing from a package that did import is an install too old or broken."""
+    extra = extra_for(error.name or "", command)
+    if extra is None:
+        return None
+    words, package = " ".join(("cheems", *command)), error.name.partition(".")[0]
+    if package != error.name and package in sys.modules:
+        return (f"{words}: {error.name} is missing from the installed {package} (too old, or a broken install): "
+                f"pip install -U 'cheems[{extra}]'")
+    return f"{words} needs the {extra} extra ({package} is not installed): pip install 'cheems[{extra}]'"
+
+
+# ----------------------------------------------------------------------------- the commands
+
 def load_commands(module: Optional[str] = None) -> None:
     """Import ``module`` (None: every command module, in help order); importing a module
     registers its commands on :data:`app`, once."""
@@ -57,6 +137,32 @@ class CommandGroup(TyperGroup):
     (help, completion, a name to correct) imports them all."""
 
     _commands: dict
+
+    def main(self, args: Optional[Sequence[str]] = None, *a, **kw):
+        """Run the command line; a module of an extra that is not installed ends it in one
+        line naming the extra (:func:`missing_extra_line`) and exit code 2, whichever command
+        (or command module) imported it."""
+        args = list(sys.argv[1:] if args is None else args)
+        try:
+            return super().main(args, *a, **kw)
+        except ModuleNotFoundError as e:
+            line = missing_extra_line(e, self.command_words(args))
+            if line is None:
+                raise
+            err.print("error:", style="bold red", end=" ")
+            err.print(line, soft_wrap=True)
+            sys.exit(EXIT_BAD_INPUT)
+
+    def command_words(self, args: Sequence[str]) -> list[str]:
+        """The command and subcommand names at the start of ``args`` (``data get``), read from
+        the commands loaded so far (never importing one)."""
+        words, commands = [], {**dict.fromkeys(COMMAND_MODULES), **self._commands}
+        for word in args:
+            if word not in commands:
+                break
+            words.append(word)
+            commands = getattr(commands[word], "commands", None) or {}
+        return words
 
     @property
     def commands(self) -> dict:

@@ -36,7 +36,8 @@ def list_entries():
 @reports_input_errors
 def info(name: str = typer.Argument(..., help="A catalogue name (see `cheems data list`).")):
     """Everything the catalogue knows about one dataset: hub id, revision, licence, splits,
-    configs, option, the columns its conversion reads."""
+    configs, option, the columns its conversion reads, and the files a local copy (a mirror
+    folder or a --source folder) must hold."""
     from cheems.catalog.registry import find_entry
 
     e = find_entry(name)
@@ -49,6 +50,8 @@ def info(name: str = typer.Argument(..., help="A catalogue name (see `cheems dat
              ("option", f"{e.option.name}: {', '.join(e.option.choices)} (default {e.option.default}); "
                         f"{e.option.help}" if e.option else "-"),
              ("columns read", ", ".join(e.columns) or "-"),
+             ("mirror folder", f"$CHEEMS_HUB_MIRROR/{e.mirror_folder} (or a --source folder laid out the same)"),
+             ("files read", e.layout()),
              ("same schema", ", ".join(e.alternatives) or "-"), ("about", e.description or "-")]
     for key, value in facts:
         out.print(f"{key:>13}: {value}", soft_wrap=True)
