@@ -15,6 +15,7 @@ Two ways to run the ``cheems`` command line:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import gc
 import io
@@ -22,6 +23,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,7 +43,9 @@ pytest_plugins = ["tests.tiny_models"]
 
 # Caches the code writes by default (judge replies, model fingerprints) go to a folder of this test
 # session, never into the user's ~/.cache; tests of the default location set the variable themselves.
-os.environ.setdefault("CHEEMS_CACHE_DIR", tempfile.mkdtemp(prefix="cheems-test-cache-"))
+if "CHEEMS_CACHE_DIR" not in os.environ:  # pytest-xdist's workers inherit the main process's folder
+    os.environ["CHEEMS_CACHE_DIR"] = tempfile.mkdtemp(prefix="cheems-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["CHEEMS_CACHE_DIR"], True)
 
 # Under pytest-xdist each worker is one of several test processes sharing the machine's cores:
 # torch gets one intra-op thread in each (and in the processes they start), as OMP_NUM_THREADS

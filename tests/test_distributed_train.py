@@ -62,13 +62,18 @@ def one_process(tmp_path_factory, seq_cls_model, data):
 
 def _failure(done: subprocess.CompletedProcess) -> str:
     """What a failed launch said: each process's own lines (``[rankN]:``, where the process that
-    failed first names its error), then the launcher's last lines."""
+    failed first names its error), the lines of a process that died in native code without a
+    Python traceback (``terminate called``, ``what():``, a fatal signal), then the launcher's last lines."""
     said: dict[str, list[str]] = {}
+    native = []
     for line in done.stderr.splitlines():
         if line.startswith("[rank") and "]" in line:
             said.setdefault(line[:line.index("]") + 1], []).append(line)
+        elif any(mark in line for mark in ("terminate called", "what():", "Fatal", "Aborted", "Segmentation",
+                                           "gloo", "EnforceNotMet", "Address already in use")):
+            native.append(line[:400])
     own = "\n".join("\n".join(lines)[-2500:] for _, lines in sorted(said.items()))
-    return f"{own}\n...\n{done.stderr[-1500:]}"
+    return f"{own}\n{chr(10).join(native[:30])}\n...\n{done.stderr[-1500:]}"
 
 
 def _accelerate_config(tmp: Path, kind: str) -> Path:
@@ -187,3 +192,14 @@ def test_bad_lora_and_budget_settings(field, value, tmp_path):
     with pytest.raises(CheemsInputError) as e:
         cfg.validate()
     assert e.value.field == field
+
+
+@pytest.mark.parametrize("name", ["ddp", "deepspeed_zero2", "deepspeed_zero3", "fsdp"])
+def test_shipped_configs_take_a_free_port(name):
+    """Port 0 makes accelerate take a free port: two runs launched at once on one machine (two
+    experiment cells, two test processes) would otherwise both reach for 29500, and the check
+    accelerate makes before binding it leaves a window in which both pass."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    loaded = load_config_from_file(str(REPO_ROOT / "configs" / "accelerate" / f"{name}.yaml"))
+    assert loaded.num_machines == 1 and loaded.main_process_port == 0
