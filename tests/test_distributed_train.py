@@ -168,6 +168,9 @@ def test_lora_trains_adapters_and_saves_a_merged_standard_checkpoint(seq_cls_mod
     # the last checkpoint holds the adapter alone; base + adapter must score as the merged model
     checkpoint = out / f"checkpoint-{summary['steps']}"
     assert (checkpoint / "adapter_config.json").exists()
+    # no config.json beside the adapter: the checkpoint's state records where the run read rewards
+    assert json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["reward_position"] == (
+        json.loads((out / "config.json").read_text(encoding="utf-8"))["cheems_reward_position"]) == "end_of_turn"
     base = AutoModelForSequenceClassification.from_pretrained(seq_cls_model)
     base.config.pad_token_id = merged.config.pad_token_id
     adapted = PeftModel.from_pretrained(base, checkpoint).eval()

@@ -212,21 +212,30 @@ def test_a_bad_record_or_setting_is_one_line(tmp_path, seq_cls_model, sample_ann
 
 
 def test_a_run_reads_where_its_checkpoint_read(tmp_path):
-    """A new run trains at end_of_turn; a resumed run goes on with its checkpoint's record, and a
-    checkpoint an earlier cheems wrote (config.json without one) at template_end."""
+    """A new run trains at end_of_turn; a resumed run goes on with its checkpoint's record
+    (trainer_state.json first: a LoRA checkpoint holds the adapter alone, no config.json), and a
+    checkpoint an earlier cheems wrote (no record anywhere) at template_end."""
     from cheems.training.recipe_setup import run_reward_position
 
-    assert run_reward_position(None) == "end_of_turn"
-    adapter = tmp_path / "lora"  # a LoRA checkpoint holds the adapter alone
-    adapter.mkdir()
-    assert run_reward_position(adapter) == "end_of_turn"
-    for record, rule in ((None, "template_end"), ("end_of_turn", "end_of_turn"), ("last_token", "last_token")):
-        folder = tmp_path / str(record)
+    def checkpoint(name: str, state_record=None, config_record=None, config=True):
+        folder = tmp_path / name
         folder.mkdir()
-        config = {"model_type": "qwen2", **({CONFIG_KEY: record} if record else {})}
-        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-        assert run_reward_position(folder) == rule
-    (tmp_path / "None" / "config.json").write_text(json.dumps({CONFIG_KEY: 3}), encoding="utf-8")
+        state = {"step": 2, **({"reward_position": state_record} if state_record else {})}
+        (folder / "trainer_state.json").write_text(json.dumps(state), encoding="utf-8")
+        if config:
+            model_config = {"model_type": "qwen2", **({CONFIG_KEY: config_record} if config_record else {})}
+            (folder / "config.json").write_text(json.dumps(model_config), encoding="utf-8")
+        return folder
+
+    assert run_reward_position(None) == "end_of_turn"
+    assert run_reward_position(checkpoint("lora-new", "last_token", config=False)) == "last_token"
+    assert run_reward_position(checkpoint("lora-old", config=False)) == "template_end"
+    assert run_reward_position(checkpoint("state-first", "end_of_turn", "last_token")) == "end_of_turn"
+    for record, rule in ((None, "template_end"), ("end_of_turn", "end_of_turn"), ("last_token", "last_token")):
+        assert run_reward_position(checkpoint(f"full-{record}", config_record=record)) == rule
     with pytest.raises(CheemsInputError) as err:
-        run_reward_position(tmp_path / "None")
+        run_reward_position(checkpoint("bad-config", config_record=3))
     assert err.value.field == CONFIG_KEY
+    with pytest.raises(CheemsInputError) as err:
+        run_reward_position(checkpoint("bad-state", state_record="middle", config=False))
+    assert err.value.field == CONFIG_KEY and err.value.file.endswith("trainer_state.json")

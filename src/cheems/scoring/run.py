@@ -24,8 +24,8 @@ from cheems.records import CheemsInputError, Prompt
 from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.remote_scorer import RemoteScorer
 
-__all__ = ["ModelScoring", "load_scorer", "model_scores", "responses_fingerprint", "score_to_file",
-           "score_with_model", "scores_meta"]
+__all__ = ["ModelScoring", "load_scorer", "model_scores", "put_in_input_order", "responses_fingerprint",
+           "score_to_file", "score_with_model", "scores_meta"]
 
 Progress = Callable[[int, int], None]
 Notify = Callable[[str], None]
@@ -79,8 +79,24 @@ def score_to_file(rm, prompts: Sequence[Prompt], output: str | Path, *, meta: di
         for batch in batches:
             out.append({"prompt_id": p, "response_id": r, "score": s} for p, r, s in batch)
             scored += len(batch)
+    put_in_input_order(output, prompts)
     total = sum(len(p.responses) for p in prompts)
     return {"scored": scored, "resumed": len(done), "total": total}
+
+
+def put_in_input_order(output: str | Path, prompts: Sequence[Prompt]) -> None:
+    """Rewrite the finished SCORES file ``output`` with its rows in the order of the input's
+    responses (batches are planned by length, so rows arrive out of order). Atomic: a crash in
+    between leaves the appended file, which a rerun resumes; a file already in order is left alone."""
+    from cheems.io import write_jsonl
+
+    place = {key: i for i, key in enumerate((p.id, r.id) for p in prompts for r in p.responses)}
+    path = Path(output)
+    rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    keys = [place.get((row.get("prompt_id"), row.get("response_id")), len(place)) for row in rows]
+    if all(a <= b for a, b in zip(keys, keys[1:])):
+        return
+    write_jsonl(path, (row for _, row in sorted(zip(keys, rows), key=lambda kr: kr[0])))
 
 
 def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Sequence[Prompt],
@@ -208,6 +224,7 @@ def _score_on_ray(model, prompts, s: ModelSettings, output, meta, layout, replic
                        reward_position=s.reward_position)
     summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs, token_budget=s.token_budget,
                              batch_size=s.batch_size, replicas=replicas, overwrite=overwrite, progress=progress)
+    put_in_input_order(output, prompts)
     return ModelScoring(None, summary["scored"], summary["resumed"], sum(len(p.responses) for p in prompts),
                         layout, summary.get("stats"), summary["replicas"])
 

@@ -33,11 +33,11 @@ from cheems.io import storage_failure, writes_into
 from cheems.records import CheemsInputError, is_number
 from cheems.training.config import TrainConfig
 
-__all__ = ["ACCELERATE_STATE_DIR", "BOARD_DIR", "CHECKPOINT_PREFIX", "FINAL_MODEL_TEMP", "KEEP_CHECKPOINTS", "LOG_FILE",
-           "RESUMABLE_CHANGES", "STATE_FILE", "SUMMARY_FILE", "MetricsLog", "OutputBefore", "check_resume",
-           "config_record", "finished_summary", "keep_log_until", "list_checkpoints", "load_checkpoint", "model_state",
-           "put_back", "read_state", "save_checkpoint", "save_final_model", "save_model_whole",
-           "undone_on_write_failure", "write_summary"]
+__all__ = ["ACCELERATE_STATE_DIR", "BOARD_DIR", "CHECKPOINT_PREFIX", "FINAL_MODEL_TEMP", "KEEP_CHECKPOINTS",
+           "LOG_FILE", "MetricsLog", "OutputBefore", "RESUMABLE_CHANGES", "REWARD_POSITION_KEY", "STATE_FILE",
+           "SUMMARY_FILE", "check_resume", "config_record", "finished_summary", "keep_log_until", "list_checkpoints",
+           "load_checkpoint", "model_state", "put_back", "read_state", "save_checkpoint", "save_final_model",
+           "save_model_whole", "undone_on_write_failure", "write_summary"]
 
 CHECKPOINT_PREFIX = "checkpoint-"
 KEEP_CHECKPOINTS = 2
@@ -106,6 +106,8 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
                 write_value_head(tmp, state["score.weight"])
             state_record = {"step": step, "epoch": epoch, "total_steps": total_steps, "token_budget": token_budget,
                             "data_fingerprint": data_fingerprint, "config": config_record(config)}
+            if (position := _reward_position_of(inner)) is not None:  # a LoRA adapter has no config.json
+                state_record[REWARD_POSITION_KEY] = position
             if lowered_token_budget is not None:
                 state_record["lowered_token_budget"] = lowered_token_budget
             if write_extra is not None:
@@ -124,6 +126,19 @@ def save_checkpoint(accelerator, output: Path, step: int, epoch: int, reward_mod
         for _, old in list_checkpoints(output)[:-KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
+
+
+REWARD_POSITION_KEY = "reward_position"
+"""The key of ``trainer_state.json`` that holds where the run reads its rewards
+(:mod:`cheems.models.reward_position`), for checkpoints whose model has no config.json of its own."""
+
+
+def _reward_position_of(inner) -> str | None:
+    """The reward-position rule the model's config records (a LoRA model: its base model's), or None."""
+    from cheems.models.reward_position import CONFIG_KEY
+
+    base = inner.get_base_model() if hasattr(inner, "get_base_model") else inner
+    return getattr(getattr(base, "config", None), CONFIG_KEY, None)
 
 
 RESUMABLE_CHANGES = frozenset({"resume", "eval", "eval_every", "save_every", "liger_kernels", "compile",

@@ -26,13 +26,15 @@ from cheems.io import files_fingerprint
 from cheems.models.checkpoints import (load_classifier, load_tokenizer, quiet_transformers, require_torch,
                                        unwrap_peft)
 from cheems.models.packing import use_packed_attention
-from cheems.models.reward_position import TRAINED, record_reward_position, recorded_reward_position
+from cheems.models.reward_position import (CONFIG_KEY, TRAINED, UNRECORDED, record_reward_position,
+                                           recorded_reward_position)
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError
 from cheems.training.batching import batch_stats, greedy_prompt_batches
 from cheems.training.budget_probe import token_budget_per_process, training_token_budget
 from cheems.training.config import TrainConfig
-from cheems.training.output_folder import MetricsLog, check_resume, list_checkpoints, load_checkpoint
+from cheems.training.output_folder import (REWARD_POSITION_KEY, STATE_FILE, MetricsLog, check_resume, list_checkpoints,
+                                          load_checkpoint, read_state)
 from cheems.training.step_plan import say_few_steps
 from cheems.training.training_data import (EvalSet, TrainingData, encode_eval_set, encode_training_data,
                                            read_training_prompts)
@@ -161,12 +163,17 @@ def resume_point(config: TrainConfig, output: Path) -> tuple[int, Path | None]:
 
 def run_reward_position(resume_from: Path | None) -> str:
     """Where a run reads its rewards (:mod:`cheems.models.reward_position`): ``TRAINED`` for a new
-    run; a resumed run goes on with the rule its checkpoint's config.json records, ``template_end``
-    when it records none (a run an earlier cheems started), so that no model is trained at two
-    positions. A checkpoint without config.json (a LoRA adapter) goes on with ``TRAINED``."""
-    f = resume_from / "config.json" if resume_from is not None else None
-    if f is None or not f.is_file():
+    run; a resumed run goes on with the rule its checkpoint records (``trainer_state.json``, else
+    the model's config.json), ``template_end`` when it records none (a run an earlier cheems
+    started, LoRA adapters included), so that no model is trained at two positions."""
+    if resume_from is None:
         return TRAINED
+    state = read_state(resume_from)
+    if REWARD_POSITION_KEY in state:
+        return recorded_reward_position({CONFIG_KEY: state[REWARD_POSITION_KEY]}, file=str(resume_from / STATE_FILE))
+    f = resume_from / "config.json"
+    if not f.is_file():
+        return UNRECORDED
     try:
         config = json.loads(f.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as e:
