@@ -281,6 +281,27 @@ def test_plots_are_png_files(tmp_path):
     assert plot_bias(tables, tmp_path / "图") == paths
 
 
+def test_plot_legends_stand_beside_the_axes(tmp_path, monkeypatch):
+    """No legend covers an axes (so none covers data), and the saved file holds the whole legend."""
+    import cheems.curation.bias as bias
+
+    drawn, save = [], bias._save_png
+    monkeypatch.setattr(bias, "_save_png", lambda fig, path: (drawn.append(fig), save(fig, path)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plot_bias(sample_tables(), tmp_path)
+    assert len(drawn) == 2
+    for fig in drawn:
+        renderer = fig.canvas.get_renderer()
+        legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+        assert legends
+        for legend in legends:
+            box = legend.get_window_extent(renderer)
+            assert not any(box.overlaps(ax.get_window_extent(renderer)) for ax in fig.axes)
+            tight = fig.get_tightbbox(renderer)  # what bbox_inches="tight" saves (inches)
+            assert box.x1 <= tight.x1 * fig.dpi + 1
+
+
 def test_plots_refuse_mismatched_bins_and_nothing(tmp_path):
     tables = {"human": bias_table([]), "judge": bias_table([], bins=(10,))}
     with pytest.raises(CheemsInputError, match="other length bins"):

@@ -35,6 +35,10 @@ from cheems.io import atomic_open
 from cheems.records import LABELS, CheemsInputError, Prompt, check_comparisons, check_rank, rank_comparisons
 from cheems.settings import is_number
 
+LEGEND_BESIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": "small"}
+"""Where every legend of a plot goes: outside the axes, to the right of their top corner, so that
+it covers no data (the figure is saved with room for it)."""
+
 __all__ = ["CJK_FONTS", "CJK_PACKAGES", "DEFAULT_BINS", "NO_ORDER", "Z95", "analyze_bias", "bias_table",
            "cjk_font", "cjk_font_rc", "format_bias_table", "length_bins", "plot_bias", "plot_length_bias",
            "wilson_interval"]
@@ -445,7 +449,7 @@ def plot_length_bias(ax, bins: list[str], curves: dict[str, list[tuple]], title:
     ax.set_xlabel("length difference len(A) - len(B) (characters)")
     ax.set_ylabel("P(A chosen)")
     ax.set_title(title)
-    ax.legend(fontsize="small")
+    ax.legend(**LEGEND_BESIDE)
 
 
 def _draw_position(fig, tables: dict) -> None:
@@ -471,9 +475,9 @@ def _draw_position(fig, tables: dict) -> None:
     ax.set_ylim(0, 1)
     ax.set_ylabel("share of comparisons")
     ax.set_title("Position bias (p: binomial test of P(A chosen | strict) = 0.5)")
-    ax.legend()
+    ax.legend(**LEGEND_BESIDE)
 
 
 def _save_png(fig, path: Path) -> None:
     with atomic_open(path) as f:
-        fig.savefig(f, format="png")
+        fig.savefig(f, format="png", bbox_inches="tight")  # the figure grows to hold the legends beside

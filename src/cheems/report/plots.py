@@ -23,7 +23,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
-from cheems.curation.bias import CJK_PACKAGES, cjk_font
+from cheems.curation.bias import CJK_PACKAGES, LEGEND_BESIDE, cjk_font
 from cheems.records import CheemsInputError
 
 __all__ = ["Drawing", "LEGEND_BESIDE", "MAX_LINE_POINTS", "MissingFontWarning", "ScalingLine", "draw_bias_length",
@@ -36,9 +36,6 @@ Drawing = Callable[["object"], None]
 MAX_LINE_POINTS = 2000
 """Most points of one line drawn (a long training log is thinned evenly; the tables keep every value)."""
 
-LEGEND_BESIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": "small"}
-"""Where every legend goes: outside the axes, to the right of their top corner, so it covers no data
-(`laid_out` makes room for it)."""
 
 FIGSIZE = (8.0, 4.4)
 SVG_HASH_SALT = "cheems-report"  # fixed ids in the SVG: the same inputs give the same page
