@@ -442,7 +442,7 @@ def read_yaml_mapping(path: str | os.PathLike, *, what: str = "a config file") -
     try:
         import yaml
     except ImportError:
-        raise CheemsInputError("reading a YAML config needs pyyaml: pip install pyyaml") from None
+        raise CheemsInputError("reading a YAML config needs pyyaml: pip install 'cheems[train]'") from None
     path = Path(path)
     try:
         if path.is_dir():

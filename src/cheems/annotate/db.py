@@ -182,7 +182,7 @@ def make_engine(url: str) -> Engine:
         return create_engine(parsed, pool_size=20, max_overflow=20, pool_pre_ping=True)
     except (NoSuchModuleError, ImportError) as e:
         raise CheemsInputError(f"no driver for {parsed.drivername} ({e}); PostgreSQL needs "
-                               "`pip install 'psycopg[binary]'`", field="--db") from None
+                               "psycopg: `pip install 'cheems[annotate]'`", field="--db") from None
 
 
 def _sqlite_engine(parsed) -> Engine:

@@ -141,7 +141,7 @@ def with_lora(model, config: TrainConfig):
     try:
         from peft import LoraConfig, TaskType, get_peft_model
     except ImportError:
-        raise CheemsInputError("LoRA needs peft: pip install peft", field="lora_r") from None
+        raise CheemsInputError("LoRA needs peft: pip install 'cheems[train]'", field="lora_r") from None
     target = config.lora_target if config.lora_target == "all-linear" else \
         [t.strip() for t in config.lora_target.split(",") if t.strip()]
     causal = config.objective in ("dual", "generative")
