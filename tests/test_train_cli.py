@@ -84,6 +84,18 @@ def test_a_setting_of_another_objective_is_refused_before_anything_is_read(tmp_p
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("flags,refused", [(("--lora-alpha", "32"), "--lora-alpha"),
+                                           (("--lora-dropout", "0.2"), "--lora-dropout"),
+                                           (("--lora-r", "0", "--lora-target", "q_proj"), "--lora-target")])
+def test_a_lora_setting_without_lora_is_refused_before_anything_is_read(tmp_path, flags, refused):
+    r = _cli(tmp_path, "train", "--model", "no-model", "--train", "no-data.jsonl", "--output", "out", *flags)
+    assert_one_line_error(r, f"{refused}: applies to LoRA adapters only, which lora_r 0 does not train")
+    assert list(tmp_path.iterdir()) == []
+    from cheems.training.config import TrainConfig
+
+    TrainConfig(model="m", train=["t"], output="o", lora_r=8, lora_alpha=32, lora_dropout=0.2, lora_target="q_proj")
+
+
 def test_a_setting_at_its_default_or_with_its_objective_passes():
     from cheems.training.config import TrainConfig
 

@@ -18,7 +18,8 @@ from cheems.models.checkpoints import check_model_folder, model_kind
 from cheems.records import CheemsInputError
 from cheems.settings import check_settings, setting, settings_from_mapping
 
-__all__ = ["OBJECTIVES", "OBJECTIVE_SETTINGS", "TrainConfig", "check_model_for_objective", "check_objective_settings"]
+__all__ = ["LORA_SETTINGS", "OBJECTIVES", "OBJECTIVE_SETTINGS", "TrainConfig", "check_model_for_objective",
+           "check_objective_settings"]
 
 OBJECTIVES = {"bt": ("seq-cls", "causal-lm"), "dual": ("causal-lm",), "generative": ("causal-lm",)}
 """Each objective and the kinds of starting model it takes (:func:`cheems.models.checkpoints.model_kind`):
@@ -37,6 +38,11 @@ OBJECTIVE_SETTINGS = {
 """The settings that only some objectives use, and those objectives: declared here once. A
 setting given (other than its default) with another objective is refused, not ignored
 (:func:`check_objective_settings`); its help text starts with the objectives it applies to."""
+
+
+LORA_SETTINGS = ("lora_alpha", "lora_dropout", "lora_target")
+"""The settings of LoRA adapters, which only a run with ``lora_r`` > 0 trains: given (other than
+their default) with ``lora_r`` 0 they are refused, not ignored (:func:`check_objective_settings`)."""
 
 
 def _only_with(name: str, text: str) -> str:
@@ -95,10 +101,10 @@ class TrainConfig:
     compile: bool = setting(False, help="torch.compile each decoder layer")
     lora_r: int = setting(0, min=0, default_text="0, train every weight",
                           help="Train LoRA adapters of this rank (needs peft). The saved model has them merged")
-    lora_alpha: int = setting(16, min=0, help="LoRA scaling alpha")
-    lora_dropout: float = setting(0.05, min=0, lt=1, help="LoRA dropout")
-    lora_target: str = setting("all-linear", nonempty=True, help="Modules given adapters: 'all-linear' or "
-                               "comma-separated names such as q_proj,v_proj")
+    lora_alpha: int = setting(16, min=0, help="With --lora-r > 0: LoRA scaling alpha")
+    lora_dropout: float = setting(0.05, min=0, lt=1, help="With --lora-r > 0: LoRA dropout")
+    lora_target: str = setting("all-linear", nonempty=True, help="With --lora-r > 0: modules given adapters: "
+                               "'all-linear' or comma-separated names such as q_proj,v_proj")
     objective: str = setting("bt", choices=tuple(OBJECTIVES),
                              help="bt: Bradley-Terry on a scalar head (the paper's); dual: a causal LM with a scalar "
                              "head, (1 - lm_coef) * BT + lm_coef * the LM loss of each prompt's best response; "
@@ -137,11 +143,17 @@ class TrainConfig:
 
 def check_objective_settings(config: TrainConfig) -> None:
     """Refuse a setting of OBJECTIVE_SETTINGS given (other than its default) with an objective
-    it does not apply to: one CheemsInputError naming the setting and its objectives. An
+    it does not apply to, and one of LORA_SETTINGS with ``lora_r`` 0: one CheemsInputError
+    naming the setting (and its objectives). An
     unknown objective is left to the range checks (:func:`cheems.settings.check_settings`)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(config)}
+    if config.lora_r == 0:
+        for name in LORA_SETTINGS:
+            if getattr(config, name) != defaults[name]:
+                raise CheemsInputError("applies to LoRA adapters only, which lora_r 0 does not train; give "
+                                       "lora_r > 0 or leave it out", field=name)
     if not isinstance(config.objective, str) or config.objective not in OBJECTIVES:
         return
-    defaults = {f.name: f.default for f in dataclasses.fields(config)}
     for name, objectives in OBJECTIVE_SETTINGS.items():
         if config.objective not in objectives and getattr(config, name) != defaults[name]:
             raise CheemsInputError(f"applies to objective {' and '.join(objectives)} only, not "
