@@ -224,7 +224,6 @@ def _score_on_ray(model, prompts, s: ModelSettings, output, meta, layout, replic
                        reward_position=s.reward_position)
     summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs, token_budget=s.token_budget,
                              batch_size=s.batch_size, replicas=replicas, overwrite=overwrite, progress=progress)
-    put_in_input_order(output, prompts)
     return ModelScoring(None, summary["scored"], summary["resumed"], sum(len(p.responses) for p in prompts),
                         layout, summary.get("stats"), summary["replicas"])
 
