@@ -124,3 +124,16 @@ def test_every_row_is_an_item_as_the_source_counts_it_and_dedupe_counts_exact_re
     assert r.returncode == 0 and "reuse an earlier row's prompt id" in r.stderr, r.stderr
     report = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))
     assert report["subsets"]["clash"]["n_prompts"] == 2
+
+
+def test_a_progress_bar_off_a_terminal_writes_nothing_before_the_error_line(capsys):
+    """Into a pipe or a file the bar draws nothing, not even its closing newline, so that an error
+    raised under it stays the one line on stderr."""
+    from cheems.cli.console import err, progress
+
+    with pytest.raises(ValueError):
+        with progress("scoring") as bar:
+            bar(3, 10)
+            raise ValueError("stopped")
+    err.print("error: stopped")
+    assert capsys.readouterr().err == "error: stopped\n"

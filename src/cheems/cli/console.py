@@ -65,11 +65,13 @@ def fmt(x: Optional[float], digits: int = 4) -> str:
 
 @contextlib.contextmanager
 def progress(what: str):
-    """A progress bar with ETA on stderr; yields the progress(done, total) callback."""
+    """A progress bar with ETA on stderr; yields the progress(done, total) callback. Drawn on a
+    terminal only: to a file or a pipe it writes nothing (not even the bar's closing newline,
+    which would stand before an error line)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn(what), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=err, transient=True) as bar:
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(what, total=None)
 
         def update(done: int, total: int) -> None:
