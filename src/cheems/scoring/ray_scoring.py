@@ -75,7 +75,6 @@ def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: st
     ray = _require_ray()
     from cheems.models.checkpoints import detect_layout
     from cheems.models.sequences import EncodeStats
-    from cheems.scoring.run import put_in_input_order
 
     _check_options(load_kwargs, replicas, num_gpus_per_replica)
     # every node reads the model from this path: make it absolute (workers run elsewhere)
@@ -92,7 +91,6 @@ def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: st
         if progress:
             progress(0, len(todo))
         if not todo:
-            put_in_input_order(output, prompts)
             return {"scored": 0, "resumed": len(done), "total": total, "replicas": 0, "stats": stats}
 
         scored = 0
@@ -114,7 +112,6 @@ def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: st
                 if cause is None:
                     raise
                 raise cause from None
-    put_in_input_order(output, prompts)  # blocks were appended as they finished
     return {"scored": scored, "resumed": len(done), "total": total, "replicas": n_replicas, "stats": stats}
 
 

@@ -92,6 +92,8 @@ def put_in_input_order(output: str | Path, prompts: Sequence[Prompt]) -> None:
 
     place = {key: i for i, key in enumerate((p.id, r.id) for p in prompts for r in p.responses)}
     path = Path(output)
+    if not path.is_file():  # nothing written, nothing to order
+        return
     rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
     keys = [place.get((row.get("prompt_id"), row.get("response_id")), len(place)) for row in rows]
     if all(a <= b for a, b in zip(keys, keys[1:])):
@@ -224,6 +226,7 @@ def _score_on_ray(model, prompts, s: ModelSettings, output, meta, layout, replic
                        reward_position=s.reward_position)
     summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs, token_budget=s.token_budget,
                              batch_size=s.batch_size, replicas=replicas, overwrite=overwrite, progress=progress)
+    put_in_input_order(output, prompts)  # blocks were appended as they finished
     return ModelScoring(None, summary["scored"], summary["resumed"], sum(len(p.responses) for p in prompts),
                         layout, summary.get("stats"), summary["replicas"])
 
