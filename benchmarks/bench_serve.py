@@ -10,6 +10,11 @@ against the same server restarted with `--max-batch 1` (every sequence its own f
 prints the ratio of requests/s. Where the time goes: the share of the wall time the model was
 running (forward seconds / wall) and the mean forward pass.
 
+With --replicas N the two runs are instead one replica and `--replicas N` (both batched, each
+replica with --threads torch threads), and the ratio printed is N replicas' requests/s over one
+replica's, measured in the same run; /metrics is then read from every replica (fresh connections
+until each replica's pid was seen) and summed.
+
 The clients use the standard library's http.client: on a 2-core machine they share the cores
 with the server, and a heavier client (httpx in 16 threads) spent enough of them to hide half
 the gain. On CPU the default is the tiny shape with short conversations and one server thread:
@@ -22,6 +27,8 @@ Usage:
   python benchmarks/bench_serve.py                                    # CPU, tiny model, 16 clients
   python benchmarks/bench_serve.py --clients 32 --requests 1000 --queries-per-request 8
   python benchmarks/bench_serve.py --device cuda --shape qwen2.5-0.5b --requests 2000
+  python benchmarks/bench_serve.py --replicas 2 --requests 400                  # 1 replica vs 2
+  python benchmarks/bench_serve.py --device cuda --replicas 2 --requests 2000   # one replica per GPU
 The goal (CPU, 16 clients): batched requests/s >= 3x those of --max-batch 1.
 """
 
@@ -51,6 +58,7 @@ from mfu import SHAPES, build  # noqa: E402
 JSON = {"content-type": "application/json"}
 READY = re.compile(r"cheems serve: ready at (http://127\.0\.0\.1:\d+)/")
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
+REPLICA = re.compile(r'^cheems_serve_replica\{index="\d+",pid="(\d+)"\} 1$', re.M)
 
 
 def chat_text(prompt: str, response: str) -> str:
@@ -86,10 +94,22 @@ def start_server(folder: Path, device: str, threads: int, log: Path, extra: list
     raise SystemExit("the server did not say it was ready within 600 s")
 
 
-def metrics(client, url: str) -> dict[str, float]:
-    """Every sample of /metrics summed over its labels, by name (enough for totals and histogram sums)."""
+def metrics(url: str, replicas: int = 1) -> dict[str, float]:
+    """Every sample of /metrics summed over its labels, by name (enough for totals and histogram
+    sums), and over the ``replicas`` replicas: scraped on fresh connections until each replica's
+    pid (``cheems_serve_replica``) was seen, one scrape each."""
+    import httpx
+
+    texts: dict[str, str] = {}
+    for _ in range(100 * replicas):
+        text = httpx.get(url + "/metrics", timeout=300.0).text
+        texts[REPLICA.search(text).group(1) if replicas > 1 else ""] = text
+        if len(texts) == replicas:
+            break
+    if len(texts) < replicas:
+        raise SystemExit(f"only {len(texts)} of {replicas} replicas answered /metrics")
     out: dict[str, float] = {}
-    for line in client.get(url + "/metrics").text.splitlines():
+    for line in (x for text in texts.values() for x in text.splitlines()):
         m = SAMPLE.match(line)
         if m and not line.startswith("#"):
             out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(3))
@@ -138,7 +158,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
-def run_one(name: str, folder: Path, args, bodies: list[dict], extra: list[str], log_dir: Path) -> dict:
+def run_one(name: str, folder: Path, args, bodies: list[dict], extra: list[str], log_dir: Path,
+            replicas: int = 1) -> dict:
     """Start the server with ``extra`` flags, warm it up, drive it, read /metrics; one result row."""
     import httpx
 
@@ -146,13 +167,14 @@ def run_one(name: str, folder: Path, args, bodies: list[dict], extra: list[str],
     proc, url = start_server(folder, args.device, args.threads, log_dir / f"{name.replace(' ', '-')}.log", extra)
     print(f"{name}: the server is ready after {time.perf_counter() - started:.1f} s", flush=True)
     try:
-        with httpx.Client(timeout=300.0) as c:
-            for body in bodies[:4]:  # warm-up: first forward passes, allocator, tokenizer caches
-                c.post(url + "/get_reward", json=body).raise_for_status()
-            print(f"{name}: warmed up after {time.perf_counter() - started:.1f} s", flush=True)
-            before = metrics(c, url)
-            latencies, wall, failed = drive(url, bodies[4:], args.clients, args.max_seconds)
-            after = metrics(c, url)
+        warm = 4 * args.replicas  # the same requests driven in both runs
+        with ThreadPoolExecutor(replicas) as pool:  # warm-up: first forward passes, allocator, tokenizer caches
+            for reply in pool.map(lambda b: httpx.post(url + "/get_reward", json=b, timeout=300.0), bodies[:warm]):
+                reply.raise_for_status()
+        print(f"{name}: warmed up after {time.perf_counter() - started:.1f} s", flush=True)
+        before = metrics(url, replicas)
+        latencies, wall, failed = drive(url, bodies[warm:], args.clients, args.max_seconds)
+        after = metrics(url, replicas)
     finally:
         proc.terminate()
         proc.wait(timeout=120)
@@ -186,12 +208,14 @@ def main() -> None:
     ap.add_argument("--server-args", default="", help="more `cheems serve` flags for both runs, one string "
                     "(\"--no-packing --token-budget 8192\")")
     ap.add_argument("--model-dir", default=None, help="build the random-weight model here, or reuse the one there")
+    ap.add_argument("--replicas", type=int, default=1, help="N > 1: compare one replica with `--replicas N` "
+                    "(instead of batched with --max-batch 1)")
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
     shape = args.shape or ("qwen2.5-0.5b" if cuda else "tiny")
     args.chars = args.chars or (200 if cuda else 30)
     args.threads = args.threads or (4 if cuda else 1)
-    bodies = request_bodies(args.requests + 4, args.queries_per_request, args.chars)
+    bodies = request_bodies(args.requests + 4 * args.replicas, args.queries_per_request, args.chars)
     with tempfile.TemporaryDirectory() as d:
         texts = [q for b in bodies for q in b["query"]]
         folder = build(Path(args.model_dir) if args.model_dir else Path(d) / "model", shape, texts, args.device)
@@ -199,8 +223,13 @@ def main() -> None:
         print(f"{shape} on {args.device} ({args.threads} server threads{', ' + args.server_args if common else ''}): "
               f"{args.clients} clients, {args.requests} requests of {args.queries_per_request} queries "
               f"(~{args.chars} characters each)")
-        rows = [run_one("batched", folder, args, bodies, common, Path(d)),
-                run_one("max-batch 1", folder, args, bodies, [*common, "--max-batch", "1"], Path(d))]
+        if args.replicas > 1:
+            rows = [run_one("1 replica", folder, args, bodies, common, Path(d)),
+                    run_one(f"{args.replicas} replicas", folder, args, bodies,
+                            [*common, "--replicas", str(args.replicas)], Path(d), args.replicas)]
+        else:
+            rows = [run_one("batched", folder, args, bodies, common, Path(d)),
+                    run_one("max-batch 1", folder, args, bodies, [*common, "--max-batch", "1"], Path(d))]
     for r in rows:
         print(f"{r['name']:>12}: {r['requests']:5d} requests in {r['wall']:6.2f} s  {r['rps']:8.1f} requests/s  "
               f"{r['tokens_s']:10,.0f} tokens/s  latency p50 {1e3 * r['p50']:7.1f} ms  p95 {1e3 * r['p95']:7.1f} ms  "
@@ -209,6 +238,10 @@ def main() -> None:
               f"{'  FAILED ' + str(r['failed']) if r['failed'] else ''}")
     if cuda:
         print(mfu_line(shape, args.device, rows))
+    if args.replicas > 1:
+        print(f"{args.replicas} replicas vs 1: {rows[1]['rps'] / rows[0]['rps']:.2f}x the requests/s (model busy "
+              f"sums the replicas' forward time; {os.cpu_count()} CPU cores for the replicas and the clients)")
+        return
     ratio = rows[0]["rps"] / rows[1]["rps"]
     print(f"batched vs --max-batch 1: {ratio:.2f}x the requests/s "
           f"({'meets' if ratio >= 3 else 'misses'} the 3x goal for {args.clients} clients)")

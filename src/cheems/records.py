@@ -62,6 +62,8 @@ class CheemsInputError(ValueError):
 
 @dataclass(slots=True)
 class Response:
+    """One response to a prompt: its id, its text and, when known, the model that wrote it."""
+
     id: str
     content: str
     model: str | None = None

@@ -5,15 +5,15 @@ one that `add-user`, `import`, `status` and `export` work on, and `serve` serves
 
 from __future__ import annotations
 
-import importlib.util
+import functools
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+import cheems
 from cheems.annotate.settings import ServerSettings, WorkflowSettings
 from cheems.cli.app import app
 from cheems.cli.console import data_paths, out, print_skipped, reports_input_errors
@@ -37,53 +37,33 @@ def _study_option():
     return typer.Option("default", "--study", help=STUDY_HELP)
 
 
-def _db_url(db: Optional[str]) -> str:
-    from cheems.annotate.db import DEFAULT_DB
+def _db_as_flag(fn):
+    """The library's errors about its ``db`` argument shown under the flag the user typed, --db."""
 
-    return db or os.environ.get("CHEEMS_ANNOTATE_DB") or DEFAULT_DB
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except CheemsInputError as e:
+            if e.field != "db":
+                raise
+            raise CheemsInputError(e.message, file=e.file, line=e.line, field="--db") from None
 
-
-def _need_extra():
-    missing = [m for m in ("fastapi", "uvicorn", "sqlalchemy", "alembic", "argon2", "nh3", "markdown_it")
-               if importlib.util.find_spec(m) is None]
-    if missing:
-        raise CheemsInputError(f"{', '.join(missing)} not installed: `pip install 'cheems[annotate]'`")
-
-
-def _sessions(db: Optional[str]):
-    from cheems.annotate.db import make_engine, schema_is_current, session_factory
-
-    _need_extra()
-    engine = make_engine(_db_url(db))
-    try:
-        current = schema_is_current(engine)
-    except Exception as e:  # a server that refuses, a file that is not a database
-        raise CheemsInputError(f"cannot open the database: {str(e).splitlines()[0]}", field="--db") from None
-    if not current:
-        raise CheemsInputError("the database is not initialised (or is an older schema): run "
-                               "`cheems annotate init` first", field="--db")
-    return session_factory(engine)()
+    return wrapper
 
 
 @annotate_app.command("init")
 @reports_input_errors
+@_db_as_flag
 def init(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
     """Create (or upgrade) the database schema."""
-    from cheems.annotate.db import make_engine, migrate
-
-    _need_extra()
-    url = _db_url(db)
-    try:
-        head = migrate(make_engine(url))
-    except CheemsInputError:
-        raise
-    except Exception as e:
-        raise CheemsInputError(f"cannot set up the database: {str(e).splitlines()[0]}", field="--db") from None
-    out.print(f"database ready: {url} (schema {head})")
+    done = cheems.annotate_init(db)
+    out.print(f"database ready: {done['database']} (schema {done['schema']})")
 
 
 @annotate_app.command("add-user")
 @reports_input_errors
+@_db_as_flag
 def add_user(name: str = typer.Argument(..., help="Login name."),
              role: str = typer.Option("annotator", "--role", help="annotator, reviewer or admin."),
              categories: Optional[str] = typer.Option(None, "--categories",
@@ -94,21 +74,20 @@ def add_user(name: str = typer.Argument(..., help="Login name."),
              db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
     """Add an account with its role in a study, or give an existing account (with its own password)
     a role in another study (the password is asked twice on a terminal, or read from stdin)."""
-    from cheems.annotate.auth import add_user as create
+    def password() -> str:  # asked once the database is open
+        if password_stdin:
+            return sys.stdin.readline().rstrip("\r\n")
+        return typer.prompt("password", hide_input=True, confirmation_prompt=True)
 
-    s = _sessions(db)
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\r\n")
-    else:
-        password = typer.prompt("password", hide_input=True, confirmation_prompt=True)
     cats = [c.strip() for c in (categories or "").replace("，", ",").split(",") if c.strip()]
-    user = create(s, name, role, password, cats, study=study)
+    user = cheems.annotate_add_user(name, password, role=role, categories=cats, study=study, db=db)
     out.print(f"added {user.role} {user.name}" + (f" ({', '.join(cats)})" if cats else "")
               + (f" in study {user.study}" if user.study != "default" else ""))
 
 
 @annotate_app.command("import")
 @reports_input_errors
+@_db_as_flag
 def import_file(file: Path = typer.Argument(..., help="Prompts with responses, in any format cheems reads."),
                 overlap: int = typer.Option(2, "--overlap", help="Annotators per task."),
                 gold: Optional[Path] = typer.Option(None, "--gold", help="Ranked prompts with known answers, "
@@ -119,21 +98,9 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
                 study: str = _study_option(),
                 db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
     """Turn every prompt into its triple-wise tasks (as `cheems tasks`), keeping id, category and subset."""
-    from cheems.annotate.workflow import import_prompts
-    from cheems.formats import merge_prompts, read_many
-
-    if seed < 0:
-        raise CheemsInputError(f"seed must be a non-negative integer, got {seed}", field="--seed")
-    s = _sessions(db)
-    res = read_many([data_paths(file)], skip_invalid=skip_invalid, fmt=fmt)
-    prompts = merge_prompts(res.prompts, res.locations())
-    gold_prompts = []
-    if gold is not None:
-        g = read_many([data_paths(gold)], skip_invalid=skip_invalid, fmt=fmt)
-        gold_prompts = merge_prompts(g.prompts, g.locations())
-        res.errors.extend(g.errors)
-    print_skipped(res.errors)
-    counts = import_prompts(s, prompts, overlap=overlap, gold=gold_prompts, seed=seed, study=study)
+    counts = cheems.annotate_import(data_paths(file), overlap=overlap, gold=data_paths(gold), fmt=fmt,
+                                    skip_invalid=skip_invalid, seed=seed, study=study, db=db)
+    print_skipped(counts["errors"])
     out.print(f"imported {counts['prompts']} prompts ({counts['tasks']} tasks, overlap {overlap})"
               + (f", {counts['gold_prompts']} gold prompts ({counts['gold_tasks']} tasks)" if gold else "")
               + (f"; {counts['skipped']} already there" if counts["skipped"] else ""))
@@ -141,6 +108,7 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
 
 @annotate_app.command("serve")
 @reports_input_errors
+@_db_as_flag
 @settings_flags(ServerSettings, into="server_flags")
 @settings_flags(WorkflowSettings, into="workflow_flags", exclude=("agreement_window",),
                 names={"claim_timeout_s": "--claim-timeout"})
@@ -153,15 +121,9 @@ def serve(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow
 
     Prints one line when it is ready, then one access line per request (method, path, status,
     milliseconds, user id) to stderr."""
-    from cheems.annotate.app import create_app
-    from cheems.annotate.server import log_to, run
-
     workflow = build_settings(WorkflowSettings, workflow_flags)
     server = build_settings(ServerSettings, server_flags)
-    _need_extra()
-    web_app = create_app(_db_url(db), workflow, secure_cookies=server.secure_cookies)
-    log_to(sys.stderr)
-    run(web_app, server.host, server.port, on_ready=_say_ready)
+    cheems.annotate_serve(db, workflow, server, on_ready=_say_ready, log=sys.stderr)
 
 
 def _say_ready(r: dict) -> None:
@@ -172,13 +134,12 @@ def _say_ready(r: dict) -> None:
 
 @annotate_app.command("status")
 @reports_input_errors
+@_db_as_flag
 def status(as_json: bool = typer.Option(False, "--json", help="Print the dashboard numbers as JSON."),
            study: str = _study_option(),
            db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
     """Progress, agreement, gold accuracy and bias of one study: the numbers of the dashboard."""
-    from cheems.annotate.dashboard import stats
-
-    st = stats(_sessions(db), study)
+    st = cheems.annotate_status(study, db)
     if as_json:
         out.print_json(json.dumps(st, ensure_ascii=False))
         return
@@ -204,6 +165,7 @@ def _alpha(a: dict) -> str:
 
 @annotate_app.command("export")
 @reports_input_errors
+@_db_as_flag
 def export(output: Path = typer.Option(..., "-o", "--output", help="Benchmark file (JSONL) for `cheems eval`."),
            raw: Optional[Path] = typer.Option(None, "--raw", help="Every answer with annotator, time, shown order, "
                                               "scores, pairs, spans and review verdicts."),
@@ -211,12 +173,7 @@ def export(output: Path = typer.Option(..., "-o", "--output", help="Benchmark fi
            study: str = _study_option(),
            db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
     """One study's standing answers of settled tasks -> comparisons -> conflict resolution -> a ranked benchmark."""
-    from cheems.annotate.export import export_benchmark
-
-    from cheems.io import check_outputs
-
-    check_outputs([output, raw, report])
-    result = export_benchmark(_sessions(db), output, raw=raw, report=report, study=study)
+    result = cheems.annotate_export(output, raw=raw, report=report, study=study, db=db)
     total = result["conflicts"].get("total", {})
     out.print(f"wrote {result['prompts']} ranked prompts -> {output}"
               + (f" (conflict ratio {total['conflict_ratio']:.3f})" if total else "")
@@ -227,26 +184,24 @@ def export(output: Path = typer.Option(..., "-o", "--output", help="Benchmark fi
 
 @study_app.command("add")
 @reports_input_errors
+@_db_as_flag
 @settings_flags(WorkflowSettings, into="workflow_flags", exclude=("agreement_window",),
                 names={"claim_timeout_s": "--claim-timeout"})
 def study_add(name: str = typer.Argument(..., help="Name of the new study."),
               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow_flags: dict = None):
     """Add an empty study, with the workflow settings it runs on under `serve`."""
-    from cheems.annotate.studies import add_study
-
     settings = build_settings(WorkflowSettings, workflow_flags)
-    study = add_study(_sessions(db), name, settings)
+    study = cheems.annotate_add_study(name, settings, db)
     out.print(f"added study {study.name}")
 
 
 @study_app.command("list")
 @reports_input_errors
+@_db_as_flag
 def study_list(as_json: bool = typer.Option(False, "--json", help="Print the studies as JSON."),
                db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
     """The studies in the database, with their prompts, tasks and members."""
-    from cheems.annotate.studies import list_studies
-
-    studies = list_studies(_sessions(db))
+    studies = cheems.annotate_list_studies(db)
     if as_json:
         out.print_json(json.dumps(studies, ensure_ascii=False))
         return

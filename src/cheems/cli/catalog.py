@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+import cheems
 from cheems.cli.app import app
 from cheems.cli.console import err, out, print_skipped, progress, reports_input_errors
 
@@ -20,9 +21,7 @@ data_app = typer.Typer(no_args_is_help=True, help="Public preference datasets by
 @data_app.command("list")
 def list_entries():
     """Every catalogue entry on one line: name, hub id, language, size, licence."""
-    from cheems.catalog.registry import CATALOG
-
-    entries = list(CATALOG.values())
+    entries = cheems.list_datasets()
     widths = [max(len(e.name) for e in entries), max(len(e.hub_id) for e in entries), 2,
               max(len(e.size) for e in entries)]
     for e in entries:
@@ -38,9 +37,7 @@ def info(name: str = typer.Argument(..., help="A catalogue name (see `cheems dat
     """Everything the catalogue knows about one dataset: hub id, revision, licence, splits,
     configs, option, the columns its conversion reads, and the files a local copy (a mirror
     folder or a --source folder) must hold."""
-    from cheems.catalog.registry import find_entry
-
-    e = find_entry(name)
+    e = cheems.dataset_info(name)
     facts = [("title", e.title), ("hub id", e.hub_id), ("revision", e.revision or "latest (none pinned; --revision pins one)"),
              ("language", e.language), ("size", e.size),
              ("licence", e.licence + ("  (not for commercial use)" if e.non_commercial else "")),
@@ -71,15 +68,10 @@ def get(name: str = typer.Argument(..., help="A catalogue name or hf:OWNER/NAME[
                                              "repository, or another hub id with the same schema."),
         skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip rows that cannot be converted.")):
     """Download a dataset (once, into the datasets cache) and convert it to cheems rows."""
-    from cheems.catalog.get import get_dataset, source_files
-    from cheems.io import check_outputs
-
-    check_outputs([output], [source] if source and Path(source).exists() else [])
-    check_outputs([output], source_files(name, source))  # no source file of the dataset is written over
     with progress(f"converting {name}") as bar:
-        summary = get_dataset(name, output, split=split, config=config, option=option, revision=revision,
-                              limit=limit, source=source, skip_invalid=skip_invalid, progress=bar,
-                              notify=lambda line: err.print(line, soft_wrap=True))
+        summary = cheems.load_dataset(name, output, split=split, config=config, option=option, revision=revision,
+                                      limit=limit, source=source, skip_invalid=skip_invalid, progress=bar,
+                                      notify=lambda line: err.print(line, soft_wrap=True))
     print_skipped(summary["errors"])
     rate = summary["rows"] / summary["seconds"] if summary["seconds"] > 0 else 0.0
     out.print(f"wrote {summary['rows']} rows -> {output} ({rate:,.0f} rows/s)")

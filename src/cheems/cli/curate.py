@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+import cheems
 from cheems.cli.app import app
 from cheems.cli.console import (data_paths, err, fmt, judge_backend_for, out, print_skipped, progress,
                                 reports_input_errors)
@@ -52,11 +53,11 @@ def sample(
     """Collect k responses per prompt from every model of the config; each response records its
     model. Prompts whose every request failed go to OUT.failed.jsonl."""
     prompts = data_paths(prompts)
-    from cheems.curation.stages import run_sample, stage_settings
+    from cheems.curation.stages import stage_settings
 
     cfg = build_settings(SampleConfig, sample_flags, config=config, section=stage_settings(config, "sample"))
     with progress("sampling") as bar:
-        report = run_sample(prompts, output, cfg, bar)
+        report = cheems.curate_sample(prompts, output, cfg, bar)
     req = report["requests"]
     out.print(f"{report['output_rows']} prompts with responses ({fmt(report['responses_per_prompt'], 1)} each), "
               f"{report['failed_rows']} failed; requests: {req['total']} ({req['failed']} failed), "
@@ -77,12 +78,12 @@ def filter_(
     """Rule filters of §4.1 (high recall): empty, garbled, repeated, non-Chinese, truncated, too
     long, length outliers, duplicates. Removed responses go to OUT.removed.jsonl with the rule."""
     inputs = data_paths(inputs)
-    from cheems.curation.stages import run_filter, stage_settings
+    from cheems.curation.stages import stage_settings
 
     cfg = build_settings(FilterConfig, filter_flags, config=config, section=stage_settings(config, "filter"),
                          prefix="filter.")
     with progress("filtering") as bar:
-        report = run_filter(inputs, output, cfg, bar)
+        report = cheems.curate_filter(inputs, output, cfg, bar)
     rules_hit = ", ".join(f"{k} {v}" for k, v in report["removed_by_rule"].items() if v) or "none"
     out.print(f"kept {report['kept_responses']} of {report['input_responses']} responses in "
               f"{report['kept_prompts']} of {report['input_prompts']} prompts; removed by rule: {rules_hit}")
@@ -142,8 +143,6 @@ def _refuse_api_judge(judge_flags: dict, section: dict, judge_backend: str) -> N
 
 def _judge_by_api(inputs: list, output: Path, config: Optional[Path], section: dict, both_orders: bool,
                   judge_backend: str, trust_remote_code: bool, judge_flags: dict) -> None:
-    from cheems.curation.stages import run_judge
-
     name = judge_flags.get("model") or section.get("model")
     if not name:
         raise CheemsInputError("give the judge model: --judge NAME (or 'model' in the judge section), "
@@ -154,7 +153,7 @@ def _judge_by_api(inputs: list, output: Path, config: Optional[Path], section: d
              "both_orders": True if both_orders else section.get("both_orders", False)}
     cfg = build_settings(JudgeConfig, given, config=config, section=section, prefix="judge.")
     with progress("judging pairs") as bar:
-        report = run_judge(inputs, output, cfg, bar, generate=generate)
+        report = cheems.curate_judge(inputs, output, cfg, generate=generate, progress=bar)
     labels = report["labels"]
     out.print(f"{report['judgements']} judgements of {report['pairs']} pairs: {labels['g']} A, {labels['b']} B, "
               f"{labels['s']} ties; {report['unparseable']} without a verdict, {report['failed']} failed; "
@@ -165,11 +164,9 @@ def _judge_by_api(inputs: list, output: Path, config: Optional[Path], section: d
 
 def _judge_locally(inputs: list, output: Path, judge_model: Path, judge_settings: JudgeModelSettings,
                    settings: ModelSettings, seed: int) -> None:
-    from cheems.curation.stages import run_judge
-
     with progress("judging pairs") as bar:
-        report = run_judge(inputs, output, judge_model=judge_model, judge_settings=judge_settings,
-                           model_settings=settings, seed=seed, progress=bar, notify=err.print)
+        report = cheems.curate_judge(inputs, output, judge_model=judge_model, judge_settings=judge_settings,
+                                     model_settings=settings, seed=seed, progress=bar, notify=err.print)
     labels = report["labels"]
     resumed = report["resumed_judgements"]
     resumed = f" ({resumed} read from {report['verdicts']})" if resumed else ""
@@ -196,17 +193,17 @@ def resolve(
     """Distant supervision (§4.2): where the judge's comparisons form cycles keep only those the
     reward model agrees with; report kept/dropped and judge-RM agreement per category."""
     inputs = data_paths(inputs)
-    from cheems.cli.report import server_scorer
-    from cheems.curation.stages import run_resolve, stage_settings
+    from cheems.cli.report import server_settings
+    from cheems.curation.stages import stage_settings
 
     cfg = build_settings(ResolveSettings, resolve_flags, config=config, section=stage_settings(config, "resolve"),
                          prefix="resolve.")
-    settings, server = build_settings(ModelSettings, model_flags), server_scorer(server_flags)
+    settings, server = build_settings(ModelSettings, model_flags), server_settings(server_flags)
     computed = rm is not None or server is not None  # with --scores there is nothing to score: no bar
     scoring = progress("scoring") if computed else contextlib.nullcontext()
     with scoring as bar:
-        report = run_resolve(inputs, output, scores=scores, rm=rm, server=server, scope=cfg.scope, margin=cfg.margin,
-                             model_settings=settings, progress=bar, notify=err.print)
+        report = cheems.curate_resolve(inputs, output, scores=scores, rm=rm, server=server, settings=cfg,
+                                       model_settings=settings, progress=bar, notify=err.print)
     t = report["total"]
     out.print(f"kept {t['kept']} of {t['comparisons']} comparisons, dropped {t['dropped']} "
               f"({', '.join(f'{k} {v}' for k, v in t['dropped_by_reason'].items() if v) or 'none'}); "
@@ -226,10 +223,7 @@ def debias(
 ):
     """Length debiasing (§4.2): downsample whichever of chosen-longer / chosen-shorter pairs is
     larger to the size of the other. Dropped pairs stay in their rows."""
-    inputs = data_paths(inputs)
-    from cheems.curation.stages import run_debias
-
-    report = run_debias(inputs, output, seed=seed, tolerance=tolerance)
+    report = cheems.curate_debias(data_paths(inputs), output, seed=seed, tolerance=tolerance)
     b, a = report["before"], report["after"]
     out.print(f"chosen-longer {b['chosen_longer']} -> {a['chosen_longer']}, chosen-shorter {b['chosen_shorter']} -> "
               f"{a['chosen_shorter']} (share longer {fmt(b['chosen_longer_share'], 3)} -> "
@@ -248,10 +242,8 @@ def merge(
 ):
     """Human subset + processed judge subset -> the final training set, each row with its
     source. `cheems stats OUT` prints its Table-1 statistics."""
-    human, judged = data_paths(human), data_paths(judged)
-    from cheems.curation.stages import run_merge
-
-    report = run_merge(human, judged, output, resolve_human=not keep_human_annotations)
+    report = cheems.curate_merge(data_paths(human), data_paths(judged), output,
+                                 resolve_human=not keep_human_annotations)
     out.print(f"{report['output_rows']} rows: {report['human_rows']} human, {report['judge_rows']} judge "
               f"({report['human_ranked_by_resolution']} human rows ranked by conflict resolution)")
     _done(report, "merged")
@@ -271,20 +263,14 @@ def bias(
     per file, with Wilson intervals and a binomial test."""
     files = data_paths(files)
     from cheems.curation.bias import format_bias_table
-    from cheems.curation.stages import run_analyze_bias
-    from cheems.io import check_output_folder, check_outputs, write_json
+    from cheems.io import check_outputs, write_json
 
     try:
         edges = [float(x) for x in bins.split(",")] if bins else None
     except ValueError:
         raise CheemsInputError(f"bins must be comma-separated numbers, got {bins!r}", field="--bins") from None
     check_outputs([json_out], files)
-    if plots is not None:
-        check_output_folder(plots, files)
-    groups: dict[str, list[Path]] = {}
-    for f in files:
-        groups.setdefault(f.name[:-len(".jsonl")] if f.name.endswith(".jsonl") else f.stem, []).append(f)
-    result = run_analyze_bias(groups, bins=edges, plots=plots, skip_invalid=skip_invalid)
+    result = cheems.analyze_bias(files, bins=edges, plots=plots, skip_invalid=skip_invalid)
     print_skipped(result["skipped"])
     if result["identical"]:
         err.print(f"note: {result['identical']} row(s) hold two responses of identical text; a choice between them "

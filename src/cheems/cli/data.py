@@ -12,6 +12,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+import cheems
 from cheems.cli.app import FORMAT_HELP, app
 from cheems.cli.console import data_paths, err, out, print_reworded, print_skipped, reports_input_errors
 from cheems.records import CheemsInputError
@@ -38,20 +39,13 @@ def tasks(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """Write the triple-wise annotation tasks of every prompt (paper §3.2)."""
-    file = data_paths(file)
-    from cheems.formats import read_prompts
-    from cheems.io import write_jsonl
-    from cheems.graph import annotation_tasks
-    from cheems.io import check_outputs
-
-    check_outputs([output], [file])
-    res = read_prompts(file, skip_invalid=skip_invalid, fmt=fmt)
-    rows, coverage = annotation_tasks(res.prompts, design.value, seed=seed)
-    write_jsonl(output, rows)
-    print_skipped(res.errors)
+    made = cheems.make_tasks(data_paths(file), output, design=design.value, seed=seed, skip_invalid=skip_invalid,
+                             fmt=fmt)
+    print_skipped(made.errors)
+    coverage = made.coverage
     full = sum(c == 1.0 for c in coverage)
     mean = sum(coverage) / len(coverage) if coverage else 0.0
-    out.print(f"{len(rows)} tasks for {len(res.prompts)} prompts -> {output}")
+    out.print(f"{made.tasks} tasks for {made.prompts} prompts -> {output}")
     out.print(f"pair coverage: mean {mean:.1%}, {full}/{len(coverage)} prompts fully covered")
 
 
@@ -68,11 +62,8 @@ def rank(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """Resolve annotation conflicts into partial rankings (paper Algorithm 1)."""
-    annotations = data_paths(annotations)
-    from cheems.benchmark import rank_annotations
-
-    ranked = rank_annotations(annotations, output, report=report, keep_comparisons=keep_comparisons,
-                              skip_invalid=skip_invalid, fmt=fmt)
+    ranked = cheems.rank(data_paths(annotations), output, report=report, keep_comparisons=keep_comparisons,
+                         skip_invalid=skip_invalid, fmt=fmt)
     print_skipped(ranked.errors)
     print_reworded(ranked.reworded)
     if not ranked.prompts:
@@ -108,19 +99,15 @@ def validate(files: List[Path] = typer.Argument(..., help="Files to check (any c
     """Check files row by row: counts, the format of each file (of each group of rows when they
     mix formats), what `eval` and `train` would refuse (the errors, grouped by kind) or note.
     Exit 1 if any row is bad."""
-    from cheems.formats import read_prompts
-
     bad = 0
     for f, path in zip(files, data_paths(files)):
-        res = read_prompts(path, skip_invalid=True, fmt=fmt)
-        ranked = sum(p.rank is not None for p in res.prompts)
-        compared = sum(bool(p.comparisons) for p in res.prompts)
-        n_resp = sum(len(p.responses) for p in res.prompts)
+        found = cheems.validate(path, fmt=fmt)
+        res = found.read
         status = "ok" if not res.errors else f"{len(res.errors)} invalid row(s)"
-        out.print(f"{f}: {len(res.prompts)} valid row(s), {n_resp} responses, {ranked} ranked, "
-                  f"{compared} with comparisons; {format_groups(res.formats)}", end="", soft_wrap=True)
+        out.print(f"{f}: {len(res.prompts)} valid row(s), {found.responses} responses, {found.ranked} ranked, "
+                  f"{found.compared} with comparisons; {format_groups(res.formats)}", end="", soft_wrap=True)
         out.print(status, style="green" if not res.errors else "red")
-        _print_row_notes(res)
+        _print_row_notes(found)
         _print_errors(res.errors, show_all)
         bad += len(res.errors)
     if bad:
@@ -138,31 +125,25 @@ def format_groups(formats: list[str]) -> str:
     return "format: " + ", ".join(f"{name} ({n} row{'s' if n > 1 else ''})" for name, n in counts) + "; "
 
 
-def _print_row_notes(res) -> None:
-    """What `eval` and `train` say about the valid rows: rows counted under an occurrence id,
-    rows with responses of identical text, rows without a rank or any judgement."""
-    from cheems.formats import key_repeated_rows
-    from cheems.records import identical_responses
-
-    twins = sum(identical_responses(p) > 0 for p in res.prompts)
-    unranked = sum(p.rank is None for p in res.prompts)
-    unjudged = sum(p.rank is None and not p.comparisons for p in res.prompts)
-    repeated = key_repeated_rows(res)  # last: it keys the repeated rows id#n
-    notes = [(repeated.exact, "repeat an earlier row exactly: `eval` and `score` count each as an item, keyed "
+def _print_row_notes(found) -> None:
+    """What `eval` and `train` say about the valid rows (a :class:`cheems.api.data_files.Validation`):
+    rows counted under an occurrence id, rows with responses of identical text, rows without a
+    rank or any judgement."""
+    notes = [(found.exact_repeats, "repeat an earlier row exactly: `eval` and `score` count each as an item, keyed "
               "'id#n' (its n-th row); `eval --dedupe` counts them once"),
-             (repeated.differing, "reuse an earlier row's prompt id with other content or other keys: each is an "
+             (found.differing_repeats, "reuse an earlier row's prompt id with other content or other keys: each is an "
               "item, keyed 'id#n' (its n-th row)"),
-             (twins, "hold two responses of identical text: `eval` scores them (a tie under --ties), `train` "
+             (found.identical, "hold two responses of identical text: `eval` scores them (a tie under --ties), `train` "
               "skips their pair"),
-             (unranked, "have no rank: `eval` refuses them (run `cheems rank` first); `train` uses their "
+             (found.unranked, "have no rank: `eval` refuses them (run `cheems rank` first); `train` uses their "
               "comparisons"),
-             (unjudged, "have neither a rank nor comparisons: `train` gets no pair from them")]
+             (found.unjudged, "have neither a rank nor comparisons: `train` gets no pair from them")]
     for n, what in notes:
         if n:
             out.print(f"  {'warning' if what.startswith('hold') else 'note'}: {n} row(s) {what}", style="yellow",
                       soft_wrap=True)
-    if res.reworded:
-        out.print(f"  note: {res.reworded.note()}", style="yellow", soft_wrap=True)
+    if found.read.reworded:
+        out.print(f"  note: {found.read.reworded.note()}", style="yellow", soft_wrap=True)
 
 
 ERRORS_SHOWN_PER_KIND = 3
@@ -203,47 +184,18 @@ def stats(
     fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
 ):
     """The paper's Table 1 statistics: prompts, responses, comparisons, average lengths."""
-    from cheems.formats import RewordedQuestions
-    from cheems.formats.columnar_sums import columnar_stats
-
+    found = cheems.stats(data_paths(files), skip_invalid=skip_invalid, fmt=fmt)
     table = Table(title="Dataset statistics")
     table.add_column("file", overflow="fold")
     for col in ("prompts", "responses/prompt", "comparisons", "prompt chars", "chosen chars", "rejected chars"):
         table.add_column(col, justify="right")
-    paths = data_paths(files)
-    skipped: list[list] = [[] for _ in paths]
-    reworded = RewordedQuestions()
-    sums = [columnar_stats(path, errors if skip_invalid else None, reworded)
-            for path, errors in zip(paths, skipped)] if fmt is None else [None]
-    if None in sums:  # a file the columnar path leaves to the general readers: all read by them
-        reworded = _general_stats(table, files, paths, skip_invalid, fmt)
-    else:
-        for f, s, errors in zip(files, sums, skipped):
-            print_skipped(errors)
-            _stats_row(table, str(f), s.stats())
-        if len(files) > 1:
-            _stats_row(table, "total", sum(sums[1:], sums[0]).stats())
-    print_reworded(reworded)
+    for f, s, errors in zip(files, found.files, found.errors):
+        print_skipped(errors)
+        _stats_row(table, str(f), s)
+    if found.total is not None:
+        _stats_row(table, "total", found.total)
+    print_reworded(found.reworded)
     out.print(table)
-
-
-def _general_stats(table: Table, files: List[Path], paths: List[Path], skip_invalid: bool,
-                   fmt: Optional[str]):
-    """The rows of :func:`stats` from the prompts the general readers read; returns the
-    questions whose scored rows word them differently (a RewordedQuestions)."""
-    from cheems.formats import RewordedQuestions, read_prompts
-    from cheems.metrics import dataset_stats
-
-    everything, reworded = [], RewordedQuestions()
-    for f, path in zip(files, paths):
-        res = read_prompts(path, skip_invalid=skip_invalid, fmt=fmt)
-        print_skipped(res.errors)
-        reworded.add(res.reworded)
-        everything.extend(res.prompts)
-        _stats_row(table, str(f), dataset_stats(res.prompts))
-    if len(files) > 1:
-        _stats_row(table, "total", dataset_stats(everything))
-    return reworded
 
 
 def _stats_row(table: Table, name: str, s: dict) -> None:

@@ -9,13 +9,14 @@ from typing import List, Optional
 
 import typer
 
+import cheems
 from cheems.cli.app import FORMAT_HELP, app
 from cheems.cli.console import (data_paths, err, judge_backend_for, out, print_reworded, print_skipped, progress,
                                 reports_input_errors)
 from cheems.cli.eval_tables import print_eval, print_judge, report_encoding
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.formats import RepeatedRows
-from cheems.records import CheemsInputError, identical_responses
+from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
 from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
@@ -71,18 +72,16 @@ def eval_(
     model_flags: dict = None, judge_flags: dict = None, local_flags: dict = None,
 ):
     """Accuracy, Exact Match and Overall of a scorer on CheemsBench-style files (paper §3.3)."""
-    from cheems.scoring.evaluate import evaluate_benchmark
-
     bench, items_out = _checked_paths(bench, json_out, bootstrap, [scores, judge_flags.get("cache_path")])
     local = _judge_model_settings(judge_model, local_flags, one_order, [model, scores, scorer, judge_flags])
     judge, generate = _judge_config(judge_flags, judge_backend, one_order, seed, model_flags)
     settings = build_settings(ModelSettings, model_flags)
     label = "judging" if judge or local else "scoring" if model is not None else None
     with (progress(label) if label else contextlib.nullcontext(None)) as bar:
-        result = evaluate_benchmark(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
-                                    model_settings=settings, judge=judge, generate=generate, judge_model=judge_model,
-                                    judge_settings=local, n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid,
-                                    progress=bar, notify=err.print, ties=ties.value, fmt=fmt, dedupe=dedupe, name=name)
+        result = cheems.evaluate(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
+                                 model_settings=settings, judge=judge, generate=generate, judge_model=judge_model,
+                                 judge_settings=local, n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid,
+                                 progress=bar, notify=err.print, ties=ties.value, fmt=fmt, dedupe=dedupe, name=name)
     _print_evaluation(result, json_out, items_out, judge is not None or local is not None)
 
 
@@ -181,45 +180,21 @@ def score(
     With --model, rows are appended batch by batch: an interrupted run, started again with the
     same command, resumes where it stopped.
     """
-    bench = data_paths(bench)
-    from cheems.benchmark import read_benchmark
-    from cheems.io import check_outputs
-
     if (model is None) == (scorer is None):
         raise CheemsInputError("give exactly one of --model DIR or --scorer length|random")
-    check_outputs([output, output.with_name(output.name + ".meta.json")], bench)
     settings = build_settings(ModelSettings, model_flags)
-    if model is not None and settings.backend == "transformers":
-        from cheems.models.checkpoints import detect_layout
-
-        detect_layout(model)  # checks the folder (weights, tokenizer, one label) before reading anything else
-    res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, fmt=fmt)
-    print_skipped(res.errors)
-    print_reworded(res.reworded)
-    print_row_notes(repeated, sum(identical_responses(p) > 0 for p in res.prompts), "scored")
+    with progress("scoring on Ray" if ray else "scoring") if model else contextlib.nullcontext(None) as bar:
+        run = cheems.score(data_paths(bench), output, model=model, baseline=scorer.value if scorer else None,
+                           settings=settings, ray=ray, replicas=replicas, overwrite=overwrite, seed=seed,
+                           skip_invalid=skip_invalid, fmt=fmt, progress=bar, notify=err.print)
+    print_skipped(run.errors)
+    print_reworded(run.reworded)
+    print_row_notes(run.repeated, run.identical, "scored")
     if scorer is not None:
-        return _score_with_baseline(res.prompts, scorer.value, seed, output)
-    _score_with_model(res.prompts, model, settings, output, ray, replicas, overwrite)
-
-
-def _score_with_baseline(prompts, scorer: str, seed: int, output: Path) -> None:
-    from cheems.formats import score_rows
-    from cheems.io import write_jsonl
-    from cheems.scoring.baselines import BASELINES
-
-    n = write_jsonl(output, score_rows(BASELINES[scorer](prompts, seed=seed)))
-    out.print(f"scored {n} responses of {len(prompts)} prompts with {scorer} -> {output}")
-
-
-def _score_with_model(prompts, model: Path, settings: ModelSettings, output: Path, ray: bool, replicas,
-                      overwrite: bool) -> None:
-    from cheems.scoring.run import score_with_model
-
-    with progress("scoring on Ray" if ray else "scoring") as bar:
-        run = score_with_model(model, prompts, settings, output=output, overwrite=overwrite, ray=ray,
-                               replicas=replicas, progress=bar, notify=err.print)
+        out.print(f"scored {run.scored} responses of {run.prompts} prompts with {scorer.value} -> {output}")
+        return
     if run.encoding is not None:
-        report_encoding(run.encoding, settings.truncation)
+        report_encoding(run.encoding, run.truncation)
     resumed = f" ({run.resumed} already there)" if run.resumed else ""
     where = f"on {run.replicas} Ray replica(s)" if ray else f"[{run.layout}]"
-    out.print(f"scored {run.scored} responses{resumed} of {len(prompts)} prompts with {model} {where} -> {output}")
+    out.print(f"scored {run.scored} responses{resumed} of {run.prompts} prompts with {model} {where} -> {output}")

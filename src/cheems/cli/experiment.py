@@ -8,6 +8,7 @@ from typing import Optional
 
 import typer
 
+import cheems
 from cheems.cli.app import app
 from cheems.cli.console import err, fmt, out, reports_input_errors
 from cheems.cli.experiment_table import register as register_table
@@ -31,12 +32,9 @@ def run(
 ):
     """Train and evaluate every cell of an experiment grid; finished cells are skipped, an
     interrupted one resumes from its last checkpoint."""
-    from cheems.experiments import read_grid, run_experiment
-
-    grid = read_grid(exp)
     warn = (lambda line: err.print(line, style="yellow", soft_wrap=True))
     with _cells_progress() as bar:
-        summary = run_experiment(grid, output, ray_address=ray, progress=bar, notify=warn)
+        summary = cheems.run_experiment(exp, output, ray_address=ray, progress=bar, notify=warn)
     already = f" ({len(summary['already'])} finished before)" if summary["already"] else ""
     out.print(f"ran {len(summary['ran'])} of {len(summary['cells'])} cells{already} -> {summary['results']}")
 
@@ -78,9 +76,7 @@ def status(folder: Path = typer.Argument(..., help="Experiment folder (the -o of
     """Cells done and left, the last checkpoint of started cells, and each cell's Overall."""
     from rich.table import Table
 
-    from cheems.experiments import experiment_status
-
-    st = experiment_status(folder)
+    st = cheems.experiment_status(folder)
     for note in st["notes"]:
         err.print(f"note: {note}", style="yellow", soft_wrap=True)
     out.print(f"{st['done']} of {len(st['cells'])} cells done, {st['left']} left ({st['folder']})")

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+import cheems
 from cheems.cli.console import err, out, reports_input_errors
 
 __all__ = ["register", "table"]
@@ -18,11 +19,7 @@ def table(folder: Path = typer.Argument(..., help="The experiment folder (`cheem
     """Tables 3 / 4 of an experiment: one per base model and data size, a row per dataset, Acc. and Exact. per
     benchmark subset and Overall (mean ± 95% t-interval over seeds), the paper's figures beside matching
     datasets; written to DIR/tables/table.md, table.csv and table.json."""
-    from cheems.experiments.results import read_experiment
-    from cheems.experiments.table import study_tables, write_tables
-
-    study = study_tables(read_experiment(folder))
-    written = write_tables(study, folder / "tables")
+    study, written = cheems.experiment_tables(folder)
     _print_tables(study)
     for note in study["notes"]:
         err.print(f"note: {note}", soft_wrap=True)

@@ -9,10 +9,10 @@ from typing import List, Optional
 
 import typer
 
+import cheems
 from cheems.cli.app import app
 from cheems.cli.console import data_paths, err, fmt, out, print_skipped, progress, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
-from cheems.records import CheemsInputError
 from cheems.training.config import TrainConfig
 
 __all__ = ["convert", "init_model_cmd", "train"]
@@ -29,7 +29,6 @@ def train(
     """Train a reward model on ranked or compared responses (Bradley-Terry over every ranked
     pair, prompt-grouped batches, r^2 regulariser; paper §5)."""
     from cheems.io import read_yaml_mapping
-    from cheems.training.trainer import train as run_training
 
     section = read_yaml_mapping(config) if config is not None else None
     cfg = build_settings(TrainConfig, train_flags, config=config, section=section, config_flag=True)
@@ -38,7 +37,7 @@ def train(
     main_process = os.environ.get("RANK", "0") == "0"
     with (progress("training") if main_process else contextlib.nullcontext(None)) as bar:
         warn = (lambda line: err.print(line, style="yellow", soft_wrap=True)) if main_process else None
-        summary = run_training(cfg, progress=_training_progress(bar) if main_process else None, notify=warn)
+        summary = cheems.train(cfg, progress=_training_progress(bar) if main_process else None, notify=warn)
     if main_process:
         _print_training(summary)
 
@@ -96,20 +95,11 @@ def init_model_cmd(
                                       "failing."),
 ):
     """Build a small randomly initialised reward model and a tokenizer trained on your texts."""
-    from cheems.io import check_output_folder
-    from cheems.training.init_model import SIZES, init_model, tokenizer_texts
-
-    check_output_folder(output, tokenizer_from)
-    if size not in SIZES:
-        raise CheemsInputError(f"unknown size {size!r}; choose from {', '.join(SIZES)}", field="size")
-    if head not in ("seq-cls", "causal-lm"):
-        raise CheemsInputError(f"unknown head {head!r}; choose seq-cls or causal-lm", field="--head")
-    skipped: list[CheemsInputError] = []
-    texts = tokenizer_texts(tokenizer_from, skip_invalid=skip_invalid, errors=skipped)
-    print_skipped(skipped)
-    init_model(output, texts, size=size, seed=seed, vocab_size=vocab_size, head=head)
+    made = cheems.init_model(output, tokenizer_from, size=size, head=head, vocab_size=vocab_size, seed=seed,
+                             skip_invalid=skip_invalid)
+    print_skipped(made.errors)
     what = "reward model" if head == "seq-cls" else "causal LM"
-    out.print(f"wrote a {size} {what} (random weights) and a tokenizer trained on {len(texts)} texts -> {output}")
+    out.print(f"wrote a {size} {what} (random weights) and a tokenizer trained on {made.texts} texts -> {output}")
 
 
 @app.command()
@@ -121,13 +111,8 @@ def convert(
 ):
     """Turn a causal LM + v_head checkpoint into a standard one-label sequence-classification
     checkpoint that transformers, vLLM and `cheems score` load."""
-    import json
-
-    from cheems.models.convert import BIAS_CONFIG_KEY, convert_v_head_checkpoint
-
-    dst = convert_v_head_checkpoint(source, output, dtype=dtype)
-    bias = json.loads((dst / "config.json").read_text(encoding="utf-8")).get(BIAS_CONFIG_KEY)
-    if bias is not None:
-        err.print(f"note: the v_head bias {bias:+.6g} was dropped (the score head has none): every score "
+    done = cheems.convert(source, output, dtype=dtype)
+    if done.dropped_bias is not None:
+        err.print(f"note: the v_head bias {done.dropped_bias:+.6g} was dropped (the score head has none): every score "
                   "shifts by the same constant, no comparison changes")
-    out.print(f"wrote a sequence-classification checkpoint -> {dst}")
+    out.print(f"wrote a sequence-classification checkpoint -> {done.output}")

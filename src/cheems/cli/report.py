@@ -4,7 +4,6 @@ evaluating (paper §6.2)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import warnings
 from pathlib import Path
 from typing import List, Optional
@@ -12,6 +11,7 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
+import cheems
 from cheems.cli.app import app
 from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_input_errors
 from cheems.cli.flags import build_settings, flag_name, settings_flags
@@ -22,32 +22,6 @@ from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.remote_scorer import RemoteScorerSettings
 
 __all__ = ["bon", "compare", "correlate", "report"]
-
-
-def _read_json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheemsInputError("no such file", file=str(path)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheemsInputError(f"not a JSON file: {e}", file=str(path)) from None
-
-
-def _read_items(report_path: Path) -> list[dict]:
-    from cheems.io import sidecar
-
-    path = sidecar(report_path, "items")
-    if not path.exists():
-        raise CheemsInputError(f"no per-prompt items beside it ({path.name}): write the report with a current "
-                               "`cheems eval --json`", file=str(report_path))
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for k, line in enumerate(f, 1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise CheemsInputError(f"invalid JSON: {e}", file=str(path), line=k) from None
-    return rows
 
 
 def _ns(text: str) -> list[int]:
@@ -91,37 +65,31 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
     N candidates, exact over all n-subsets, per category and overall with bootstrap CIs; and/or
     the judged win rate of its best-of-N pick against a baseline response."""
     from cheems.io import check_outputs, write_json
-    from cheems.report.bon import best_of_n_files
 
     check_outputs([json_out], [*candidates, gold, scores, judge_flags.get("cache_path")])
-    server, ns = server_scorer(server_flags), _ns(n)
+    server, ns = server_settings(server_flags), _ns(n)
     judge, local = _bon_judges(judge_flags, local_flags, judge_model, seed)
     with progress("scoring / judging") if model or server or judge or local else contextlib.nullcontext(None) as bar:
-        report, errors = best_of_n_files([str(c) for c in candidates], str(gold) if gold else None, ns,
-                                         scores=str(scores) if scores else None, model=str(model) if model else None,
-                                         server=server, model_settings=build_settings(ModelSettings, model_flags),
-                                         judge=judge, judge_model=judge_model, judge_settings=local, baseline=baseline,
-                                         n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
-                                         notify=err.print, name=name)
+        report, errors = cheems.best_of_n(candidates, gold=gold, ns=ns, scores=scores, model=model, server=server,
+                                          model_settings=build_settings(ModelSettings, model_flags), judge=judge,
+                                          judge_model=judge_model, judge_settings=local, baseline=baseline,
+                                          n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
+                                          notify=err.print, name=name)
     print_skipped(errors)
     if json_out:
         write_json(json_out, report)
     _print_bon(report)
 
 
-def server_scorer(server_flags: dict):
-    """The RemoteScorer of ``--server URL`` (None without it), its token read from --api-key-file."""
-    from cheems.scoring.remote_scorer import RemoteScorer
-    from cheems.serving.settings import read_api_key
-
+def server_settings(server_flags: dict) -> RemoteScorerSettings | None:
+    """The settings of ``--server URL`` and its flags (None without it)."""
     s = build_settings(RemoteScorerSettings, server_flags)
     if s.server is None:
         if server_flags:
             given = [flag_name(k) for k in sorted(server_flags)]
             raise CheemsInputError(f"{', '.join(given)} {'goes' if len(given) == 1 else 'go'} with --server URL")
         return None
-    return RemoteScorer(s.server, api_key=read_api_key(s.api_key_file) if s.api_key_file else None,
-                        timeout=s.server_timeout_s, batch_rows=s.server_batch_rows)
+    return s
 
 
 def _bon_judges(judge_flags: dict, local_flags: dict, judge_model: Path | None,
@@ -174,16 +142,11 @@ def compare(a: Path = typer.Argument(..., help="`cheems eval --json` report of m
     """Is B really better than A? Differences with a paired bootstrap (CI, p-value), McNemar's exact
     test on per-pair correctness, Holm's correction across categories."""
     from cheems.io import check_outputs, sidecar, write_json
-    from cheems.report.compare import compare_reports
 
     check_outputs([json_out], [a, b, sidecar(a, "items"), sidecar(b, "items")])
     if bootstrap < 1:
         raise CheemsInputError("must be at least 1", field="--bootstrap")
-    ra, rb = _read_json(a), _read_json(b)
-    for path, r in ((a, ra), (b, rb)):
-        if not isinstance(r, dict) or "subsets" not in r:
-            raise CheemsInputError("not a `cheems eval --json` report", file=str(path))
-    result = compare_reports(ra, _read_items(a), rb, _read_items(b), n_bootstrap=bootstrap, seed=seed)
+    result = cheems.compare(a, b, n_bootstrap=bootstrap, seed=seed)
     if json_out:
         write_json(json_out, result)
     _print_compare(result)
@@ -212,24 +175,6 @@ def _print_compare(result: dict) -> None:
                   f"Holm-adjusted {c['p_holm']:.4g}")
 
 
-def _read_model_reports(paths: List[Path]) -> dict[str, list[dict]]:
-    """The eval / bon reports by model name; a report without a model or with a metric that is not a number is
-    one error naming the file and the field."""
-    from cheems.report.correlate import benchmark_metrics
-
-    reports: dict[str, list[dict]] = {}
-    for path in paths:
-        r = _read_json(path)
-        if not isinstance(r, dict) or not r.get("model"):
-            raise CheemsInputError("not an eval or bon report with a \"model\"", file=str(path))
-        try:
-            benchmark_metrics(r)
-        except CheemsInputError as e:
-            raise e.located(file=str(path)) from None
-        reports.setdefault(str(r["model"]), []).append(r)
-    return reports
-
-
 @reports_input_errors
 def correlate(results: List[Path] = typer.Argument(..., help="eval / bon reports, one model each (its "
                                                    "\"model\" names it)."),
@@ -240,17 +185,9 @@ def correlate(results: List[Path] = typer.Argument(..., help="eval / bon reports
     """Pearson, Spearman and Kendall between every benchmark metric and every downstream metric
     across reward models (paper Fig. 5), with bootstrap CIs over models."""
     from cheems.io import check_outputs, write_json
-    from cheems.report.correlate import correlate as run
 
     check_outputs([json_out], [*results, downstream])
-    reports = _read_model_reports(results)
-    down = _read_json(downstream)
-    if not isinstance(down, dict) or not all(isinstance(v, dict) for v in down.values()):
-        raise CheemsInputError("must be a JSON object {model: {metric: value}}", file=str(downstream))
-    try:
-        result = run(reports, down, n_bootstrap=bootstrap, seed=seed)
-    except CheemsInputError as e:
-        raise e.located(file=str(downstream)) from None
+    result = cheems.correlate(results, downstream, n_bootstrap=bootstrap, seed=seed)
     if json_out:
         write_json(json_out, result)
     table = Table(title=f"Correlation across {len(result['models'])} reward models (Pearson / Spearman / Kendall)")
@@ -274,11 +211,8 @@ def report(results: List[Path] = typer.Argument(..., help="Any mix of eval, judg
                                               "when the data's names or categories hold Chinese, else English)."),
            title: Optional[str] = typer.Option(None, "--title", help="The page's title.")):
     """One static HTML page (plots inline, no network) from the reports of a study."""
-    from cheems.report.page import build_report, write_report
-
-    built = build_report([str(r) for r in results], lang=lang, title=title)
     with _font_warning_in_one_line():
-        write_report(built, output, markdown)
+        cheems.write_report(results, output, markdown=markdown, lang=lang, title=title)
     out.print(f"report -> {output}" + (f" (and {markdown})" if markdown else ""))
 
 

@@ -18,7 +18,7 @@ from cheems.scoring.model_settings import ModelSettings
 from cheems.serving.engine import EngineSettings
 from cheems.serving.settings import ServeSettings
 
-__all__ = ["serve"]
+__all__ = ["ready_line", "serve"]
 
 MODEL_FLAGS_NOT_TAKEN = ("batch_size", "token_budget", "check")
 """ModelSettings the server leaves out: the engine's --max-batch and --token-budget size its
@@ -42,23 +42,32 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
     --truncate is given. Prints one line when ready,
     then one access line per request (method, path, status, seconds; a refusal's reason) to
     stderr. On SIGTERM or Ctrl+C, /health answers 503 while the requests in flight are answered;
-    Ctrl+C again stops at once."""
+    Ctrl+C again stops at once. --replicas N: N copies of the model, each in its own process,
+    behind the one address (see --replicas for their devices); one that dies is started again."""
     settings = build_settings(ServeSettings, serve_flags)
     engine_settings = build_settings(EngineSettings, engine_flags)
     model_settings = build_settings(ModelSettings, model_flags)
     _need_extra()
-    from cheems.serving.server import build_reward_app, run_server
+    import cheems
 
-    built = build_reward_app(model, model_settings, engine_settings, settings,
-                             notify=lambda line: err.print(line, soft_wrap=True))
+    def ready(url: str, served: list) -> None:
+        print(ready_line(url, served), file=sys.stderr, flush=True)
 
-    def ready(url: str) -> None:
-        token = "; a bearer token is asked" if built.protected else ""
-        print(f"cheems serve: ready at {url} (model {built.model_name}, {built.layout or 'vllm'}, max length "
-              f"{built.max_length}, reward read at {built.reward_position}{token}); Ctrl+C stops", file=sys.stderr,
-              flush=True)
+    status = cheems.serve(model, model_settings=model_settings, engine_settings=engine_settings, settings=settings,
+                          on_ready=ready, notify=lambda line: err.print(line, soft_wrap=True))
+    if status:
+        raise typer.Exit(status)
 
-    run_server(built, settings, ready)
+
+def ready_line(url: str, served: list) -> str:
+    """The line saying the server is ready: where, and what it serves (``served``: a
+    :class:`~cheems.serving.server.ServedModel` per replica)."""
+    m = served[0]
+    devices = list(dict.fromkeys(s.device for s in served))
+    replicas = f", {len(served)} replicas on {', '.join(devices)}" if len(served) > 1 else ""
+    token = "; a bearer token is asked" if m.protected else ""
+    return (f"cheems serve: ready at {url} (model {m.name}, {m.layout or 'vllm'}, max length {m.max_length}, reward "
+            f"read at {m.reward_position}{replicas}{token}); Ctrl+C stops")
 
 
 def _need_extra() -> None:

@@ -73,16 +73,19 @@ STOPPING = "the server is stopping; send the request again once it is back, or t
 
 
 def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: str, api_key: str | None = None,
-               classify_activation: bool = True, drain: Drain | None = None) -> FastAPI:
+               classify_activation: bool = True, drain: Drain | None = None,
+               replica: tuple[int, int] | None = None) -> FastAPI:
     """The FastAPI app serving ``engine``: started with the app (lifespan) and stopped with it,
     the requests queued when the server stops answered first (failed, once ``drain`` is
     abandoned). ``model_name`` is the name in replies; ``api_key``, when given, the bearer token
     every request but ``/health`` must send; ``classify_activation`` whether ``/classify``
     applies the sigmoid when the request does not say (vLLM's default for the model: False for
     a ``regression`` model); ``drain`` what the server stopping it shares (``app.state.drain``;
-    a new one when not given)."""
+    a new one when not given); ``replica``, for one of several replicas (:mod:`cheems.serving.replicas`),
+    its index and process id, said by ``/health`` and ``/metrics``."""
     tokenizing = {}
     drain = drain if drain is not None else Drain()
+    which = {} if replica is None else {"replica": {"index": replica[0], "pid": replica[1]}}
 
     @asynccontextmanager
     async def lifespan(app):
@@ -106,13 +109,18 @@ def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: st
     @app.get("/health")
     async def health():
         if drain.stopping or not engine.running:
-            return JSONResponse({"status": "stopping", "model": model_name}, status_code=503,
+            return JSONResponse({"status": "stopping", "model": model_name, **which}, status_code=503,
                                 headers={REASON_HEADER: "the server is stopping"})
-        return {"status": "ok", "model": model_name}
+        return {"status": "ok", "model": model_name, **which}
 
     @app.get("/metrics")
     async def metrics():
-        return Response(engine.metrics.prometheus_text(), media_type=PROMETHEUS_CONTENT_TYPE)
+        text = engine.metrics.prometheus_text()
+        if replica is not None:  # which replica answered: its counts are its own
+            text += ("# HELP cheems_serve_replica The replica that answered, by index and process id\n"
+                     "# TYPE cheems_serve_replica gauge\n"
+                     f'cheems_serve_replica{{index="{replica[0]}",pid="{replica[1]}"}} 1\n')
+        return Response(text, media_type=PROMETHEUS_CONTENT_TYPE)
 
     _add_error_replies(app)
     app.add_middleware(_Boundary, metrics=engine.metrics, drain=drain, api_key=api_key,

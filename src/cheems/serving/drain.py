@@ -17,6 +17,8 @@ connections close, the app shuts down (the engine drains its queue) and the end 
 than scoring it (the forward pass already running ends), and the app shuts down as usual, with
 one log line saying how many were left unanswered and no traceback. A signal asked for the stop,
 so the process then ends normally (exit status 0), where uvicorn would re-raise the signal.
+``stop_when``, when given, is asked every tick (0.1 s) and starts the same stop when it names a
+reason (a replica whose supervisor is gone, :mod:`cheems.serving.replicas`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Callable
 
 import uvicorn
 
-__all__ = ["Drain", "RewardServer"]
+__all__ = ["Drain", "RewardServer", "signal_name"]
 
 LOG = logging.getLogger("cheems.serving.server")
 POLL_S = 0.05  # how often a wait looks again (a signal handler cannot wake an asyncio event safely)
@@ -82,14 +84,16 @@ async def wait_until(done: Callable[[], bool], timeout_s: float, stop_now: Calla
 class RewardServer(uvicorn.Server):
     """uvicorn's server with the reward server's stop (see the module docs): ``on_listening(port)``
     once the sockets listen (the real port when 0 was asked for), the drain of ``drain`` on
-    SIGTERM or Ctrl+C for up to ``timeout_s`` seconds, and a second Ctrl+C stopping at once."""
+    SIGTERM or Ctrl+C for up to ``timeout_s`` seconds, and a second Ctrl+C stopping at once;
+    the same stop when ``stop_when()`` names a reason."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain, on_listening: Callable[[int], None], *,
-                 timeout_s: float):
+                 timeout_s: float, stop_when: Callable[[], str | None] | None = None):
         super().__init__(config)
         self.drain = drain
         self.on_listening = on_listening
         self.timeout_s = timeout_s
+        self.stop_when = stop_when
         self.stopped_by: str | None = None
 
     async def startup(self, sockets=None) -> None:
@@ -98,11 +102,16 @@ class RewardServer(uvicorn.Server):
             return
         self.on_listening(self.servers[0].sockets[0].getsockname()[1])
 
+    async def on_tick(self, counter: int) -> bool:
+        if not self.should_exit and self.stop_when is not None and (reason := self.stop_when()):
+            self.stopped_by, self.should_exit = reason, True
+        return await super().on_tick(counter)
+
     def handle_exit(self, sig: int, frame) -> None:
         # not recorded for uvicorn to re-raise once stopped: a stop asked for is an ordinary end
         if self.should_exit and sig == signal.SIGINT:
             self.force_exit = True
-        self.stopped_by = self.stopped_by or _signal_name(sig)
+        self.stopped_by = self.stopped_by or signal_name(sig)
         self.should_exit = True
 
     async def shutdown(self, sockets=None) -> None:
@@ -148,7 +157,8 @@ class RewardServer(uvicorn.Server):
                 transport.close()
 
 
-def _signal_name(sig: int) -> str:
+def signal_name(sig: int) -> str:
+    """A signal as the logs name it: SIGTERM, "Ctrl+C (SIGINT)"."""
     try:
         name = signal.Signals(sig).name
     except ValueError:

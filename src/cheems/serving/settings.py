@@ -2,7 +2,8 @@
 
 :class:`ServeSettings` are the flags of ``cheems serve`` that are about HTTP (how the model runs
 is :class:`~cheems.scoring.model_settings.ModelSettings`, how requests are batched
-:class:`~cheems.serving.engine.EngineSettings`). :func:`read_api_key` reads the bearer token
+:class:`~cheems.serving.engine.EngineSettings`; ``replicas`` runs several copies of the model behind
+the one address, :mod:`cheems.serving.replicas`). :func:`read_api_key` reads the bearer token
 from its file once, at start. The standard library only: the CLI builds its flags from this
 class without the ``[serve]`` extra installed.
 """
@@ -46,6 +47,10 @@ class ServeSettings:
     shutdown_timeout_s: float = setting(30.0, gt=0, help="On SIGTERM or Ctrl+C: seconds the requests in flight "
                                         "have to be answered (/health says 503 meanwhile, new requests get 503) "
                                         "before the server closes their connections and stops")
+    replicas: int = setting(1, min=1, help="Copies of the model behind the one address, each in a process of its "
+                            "own (the connections shared out by the kernel; a replica that dies is started again). "
+                            "Devices: --device cuda puts replica i on GPU i (round robin over the visible GPUs, "
+                            "CUDA_VISIBLE_DEVICES chooses them); cpu or cuda:N puts every replica there")
 
     def __post_init__(self) -> None:
         check_settings(self)
