@@ -44,7 +44,7 @@ def two_models(server: JudgeServer, **kw) -> list[SampleModel]:
 
 
 def config(models: list[SampleModel], tmp_path: Path, name: str = "samples.sqlite", **kw) -> SampleConfig:
-    kw.setdefault("timeout", 5.0)
+    kw.setdefault("timeout", 60.0)  # room for a loaded machine: a reply slower than this would be resent
     kw.setdefault("backoff", 0.01)
     kw.setdefault("max_backoff", 0.05)
     return SampleConfig(models, cache_path=tmp_path / name, **kw)

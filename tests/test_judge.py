@@ -77,7 +77,7 @@ SMART_OVERALL = Fraction(29, 48)
 
 
 def config(server: JudgeServer, tmp_path: Path, name: str = "cache.sqlite", **kw) -> JudgeConfig:
-    kw.setdefault("timeout", 5.0)
+    kw.setdefault("timeout", 60.0)  # room for a loaded machine: a reply slower than this would be resent
     kw.setdefault("backoff", 0.01)
     kw.setdefault("max_backoff", 0.05)
     return JudgeConfig(model="fake-judge", api_base=server.base_url, api_key="test",
