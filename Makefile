@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= demo-out
 
-.PHONY: demo test stress bench clean
+.PHONY: demo test docs stress bench clean
 
 $(VENV)/.core-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,16 @@ test: $(VENV)/.dev-installed
 	@env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist worksteal; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
+$(VENV)/.docs-installed: $(VENV)/.core-installed
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	touch $@
+
+# The documentation site, into site/: the pages of docs/, the CLI reference generated from the
+# `cheems` app (docs/scripts/gen_cli_reference.py) and the API reference from the docstrings.
+# --strict: a broken link, a missing page or a docstring mkdocstrings cannot read fails the build.
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict
+
 # The suite three times in a row, each in another random order, with one busy process per core beside
 # it: what a loaded or slower machine would show (tests/stress.sh; ROUNDS=N for another count).
 stress: $(VENV)/.dev-installed
@@ -56,4 +66,4 @@ bench: $(VENV)/.dev-installed
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_step_needs.py
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(OUT) .pytest_cache site

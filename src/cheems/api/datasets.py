@@ -19,9 +19,6 @@ __all__ = ["dataset_info", "list_datasets", "load_dataset"]
 def list_datasets() -> list[Entry]:
     """List every dataset of the catalogue, Chinese sets first.
 
-    Args:
-        None.
-
     Returns:
         The :class:`~cheems.catalog.entry.Entry` of each dataset: ``name``, ``hub_id``,
         ``language``, ``size``, ``licence``, ``non_commercial``, ``gated``, ...

@@ -55,7 +55,8 @@ that registers it."""
 
 # ----------------------------------------------------------------------------- missing extras
 
-IMPORT_NAMES = {"pyyaml": "yaml", "argon2-cffi": "argon2", "markdown-it-py": "markdown_it"}
+IMPORT_NAMES = {"pyyaml": "yaml", "argon2-cffi": "argon2", "markdown-it-py": "markdown_it",
+                "mkdocs-material": "material"}
 """The top-level module of each distribution of the extras whose import name is not its own name
 (lower case, ``-`` and ``.`` as ``_``)."""
 
