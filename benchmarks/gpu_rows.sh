@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU rows of the README's Performance table, in one go, on one CUDA device:
+# The GPU rows of the Performance table (docs/performance.md), in one go, on one CUDA device:
 #   bash benchmarks/gpu_rows.sh [LOG_DIR]
 # First the CUDA equivalence tests of the packed attention (tests/test_packing_cuda.py, scoring
 # and mixed-precision training; CHEEMS_GPU_TESTS=all runs every one); the benchmarks then run

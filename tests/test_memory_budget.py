@@ -137,6 +137,6 @@ def test_auto_on_cpu_trains_with_the_default_and_records_it(workdir):
     assert s.returncode == 0 and d.returncode == 0, s.stderr + d.stderr
     auto, default = ([json.loads(line) for line in (workdir / name).read_text(encoding="utf-8").splitlines()[1:]]
                      for name in ("auto.jsonl", "default.jsonl"))
-    # the same rows in the same order; the scores of two processes agree within 1e-5 (float32, README)
+    # the same rows in the same order; the scores of two processes agree within 1e-5 (float32, docs/evaluation.md)
     assert [(r["prompt_id"], r["response_id"]) for r in auto] == [(r["prompt_id"], r["response_id"]) for r in default]
     assert max(abs(a["score"] - b["score"]) for a, b in zip(auto, default)) <= 1e-5

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's report, from the bundled sample only: two baselines and a tiny reward model trained
+# The report of docs/reports.md, from the bundled sample only: two baselines and a tiny reward model trained
 # on the `human` subset are evaluated on the `open` subset, compared pairwise, and their best-of-n
 # curves drawn with the human ranking as gold; then one HTML page (and Markdown) of it all.
 # Usage: examples/report/make_report.sh [OUT_DIR]   (about a minute on a laptop CPU; EPOCHS=N trains the
