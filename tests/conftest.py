@@ -63,7 +63,8 @@ def pytest_configure(config) -> None:
 # The modules whose tests start processes (servers, launches, the example scripts) or compile,
 # each several to tens of seconds. They run first: pytest-xdist's workers then share out the many
 # short tests that remain, and no worker starts a long test while the others have run dry.
-LONG_MODULES = ("test_examples", "test_distributed_train", "test_experiments", "test_ray_scoring",
+LONG_MODULES = ("test_examples", "test_distributed_train", "test_experiments", "test_kill_data_loss",
+                "test_ray_scoring", "test_serve_replicas",
                 "test_scoring_fixed_shapes", "test_annotate_kill", "test_annotate_postgres",
                 "test_annotate_browser", "test_serve_api", "test_serve_robust", "test_serve_clients")
 
