@@ -51,7 +51,24 @@ NUMBERISH = st.text(alphabet="0123456789+-._eE xn", max_size=12)
 def test_numbers_as_typer_reads_them(value):
     for flag in ("--i", "--x", "--ranged"):
         args = [f"{flag}={value}"]
+        if flag == "--i" and _past_64_bits(value):
+            continue  # refused on purpose: test_integers_past_64_bits_are_bad_values
         assert run(args, plain=True) == run(args, plain=False)
+
+
+def _past_64_bits(value: str) -> bool:
+    try:
+        return abs(int(value)) > coercion.LARGEST_INTEGER
+    except ValueError:
+        return False
+
+
+@pytest.mark.parametrize("value", [str(2**63), str(-2**63 - 1), str(10**20), "+" + str(2**64)])
+def test_integers_past_64_bits_are_bad_values(value):
+    assert run([f"--i={value}"], plain=False)[0] == 0  # Typer alone takes them
+    code, output = run([f"--i={value}"], plain=True)
+    assert code == 2 and "must be at most 2**63 - 1" in output
+    assert run([f"--i={coercion.LARGEST_INTEGER}"], plain=True) == (0, f"({coercion.LARGEST_INTEGER}, 0.0, '', None, [], 1, False)\n")
 
 
 @settings(max_examples=60, deadline=None)

@@ -104,6 +104,8 @@ def json_value_problem(value: Any, *, max_depth: int = MAX_JSON_DEPTH, strings: 
             if bad:
                 return _field(where), f"holds a lone surrogate ({bad}): not valid text; fix that escape"
             continue
+        if not isinstance(v, (dict, list)):
+            continue  # a number, true, false or null at the top
         if depth > max_depth:
             top = where
             while top is not None and top[0] is not None:

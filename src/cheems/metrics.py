@@ -23,9 +23,11 @@ from typing import Mapping
 
 import numpy as np
 
-from cheems.records import CheemsInputError, Prompt, preference_pairs, ranked_pairs
+from cheems.records import CheemsInputError, Prompt, is_integer, preference_pairs, ranked_pairs
+from cheems.settings import LARGEST_INTEGER
 
-__all__ = ["TIES", "Outcomes", "PairScores", "StatsSums", "benchmark_fingerprint", "calibration_error", "check_ties",
+__all__ = ["TIES", "Outcomes", "PairScores", "StatsSums", "benchmark_fingerprint", "calibration_error",
+           "check_bootstrap", "check_seed", "check_ties",
            "dataset_stats", "evaluate", "evaluate_outcomes", "evaluate_scores", "exact_matches", "kendall_tau_b",
            "kendall_taus", "length_diagnostic",
            "pair_scores", "prompt_items", "quantile_interval",
@@ -65,6 +67,27 @@ def check_ties(ties: str) -> None:
     """Raise CheemsInputError unless ``ties`` is one of :data:`TIES`."""
     if ties not in TIES:
         raise CheemsInputError(f"unknown tie rule {ties!r}: use " + " or ".join(TIES), field="ties")
+
+
+def check_seed(seed, field: str = "seed") -> None:
+    """A seed is an integer >= 0 (numpy's generators refuse negative ones) of at most 64 bits."""
+    if not is_integer(seed) or seed < 0:
+        raise CheemsInputError(f"must be an integer >= 0, got {seed!r}", field=field)
+    if seed > LARGEST_INTEGER:
+        raise CheemsInputError(f"must be at most 2**63 - 1 ({LARGEST_INTEGER}), got {seed}", field=field)
+
+
+MAX_BOOTSTRAP = 1_000_000
+"""The most bootstrap resamples a CI takes: far past what a 95% interval needs (1000 to 10000),
+and each resample is a row of numbers per prompt."""
+
+
+def check_bootstrap(n_bootstrap, minimum: int = 0, field: str = "n_bootstrap") -> None:
+    """A number of bootstrap resamples: an integer in [``minimum``, :data:`MAX_BOOTSTRAP`] (0: no CI)."""
+    if not is_integer(n_bootstrap) or not minimum <= n_bootstrap <= MAX_BOOTSTRAP:
+        none = " (0: no bootstrap)" if minimum == 0 else ""
+        raise CheemsInputError(f"must be an integer in [{minimum}, {MAX_BOOTSTRAP}]{none}, got {n_bootstrap!r}",
+                               field=field)
 
 
 def exact_matches(out: Outcomes, ties: str = "official") -> np.ndarray:

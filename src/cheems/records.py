@@ -35,29 +35,53 @@ class CheemsInputError(ValueError):
 
     ``str(err)`` is one readable line such as
     ``bench.jsonl:12: responses[3].id: duplicate response id 'r2'``.
+
+    ``remedy`` names the setting that would change the outcome, in the library's own words:
+    ``(setting, text)`` where ``text`` holds ``{}`` for the setting's name, so that
+    ``CheemsInputError("output exists: a.jsonl", remedy=("overwrite", "{} replaces it"))`` reads
+    ``output exists: a.jsonl ({} replaces it)`` with ``overwrite`` in Python and ``--overwrite``
+    at the command line (:meth:`render` with the CLI's names; the library never names a flag).
     """
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
-                 field: str | None = None):
+                 field: str | None = None, remedy: tuple[str, str] | None = None):
         self.message = message
         self.file = file
         self.line = line
         self.field = field
+        self.remedy = remedy
         super().__init__(str(self))
 
     def located(self, *, file: str | None = None, line: int | None = None) -> "CheemsInputError":
         """The same error with file/line filled in where they were unknown."""
         return CheemsInputError(self.message, file=self.file or file,
-                                line=self.line if self.line is not None else line, field=self.field)
+                                line=self.line if self.line is not None else line, field=self.field,
+                                remedy=self.remedy)
 
-    def __str__(self) -> str:
+    def render(self, name_of=None) -> str:
+        """The one line, naming the remedy's setting as ``name_of(setting)`` (the setting's own
+        name without ``name_of``; the CLI passes its flag names)."""
         where = ""
         if self.file:
             where = self.file + (f":{self.line}" if self.line is not None else "") + ": "
         elif self.line is not None:
             where = f"line {self.line}: "
         what = f"{self.field}: " if self.field else ""
-        return f"{where}{what}{self.message}"
+        tail = ""
+        if self.remedy is not None:
+            setting, text = self.remedy
+            tail = " (" + text.replace("{}", name_of(setting) if name_of else setting, 1) + ")"
+        return f"{where}{what}{self.message}{tail}"
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def __reduce__(self):  # every part survives a trip through pickle (worker processes, Ray)
+        return _input_error, (self.message, self.file, self.line, self.field, self.remedy)
+
+
+def _input_error(message, file, line, field, remedy) -> CheemsInputError:
+    return CheemsInputError(message, file=file, line=line, field=field, remedy=remedy)
 
 
 @dataclass(slots=True)

@@ -34,6 +34,10 @@ __all__ = ["check_settings", "flag_help", "is_integer", "is_number", "setting", 
 
 _NO_DEFAULT = dataclasses.MISSING
 
+LARGEST_INTEGER = 2**63 - 1
+"""The largest integer a setting takes (int64: what numpy, torch and SQLite hold); past it no
+seed, count or size means anything, and a count that large would never finish."""
+
 
 def setting(default: Any = _NO_DEFAULT, *, help: str, default_factory: Any = _NO_DEFAULT,
             min: float | None = None, max: float | None = None, gt: float | None = None,
@@ -186,6 +190,8 @@ def _check_value(name: str, v: Any, tp: Any, meta: dict) -> None:
         words = " or ".join(repr(w) for w in meta.get("words", ())) if kind == "int_or_word" else ""
         raise CheemsInputError(f"must be {_type_phrase(kind, meta)}{' or ' + words if words else ''}, got {_show(v)}",
                                field=name)
+    if kind in ("int", "int_or_word") and is_integer(v) and abs(v) > LARGEST_INTEGER:
+        raise CheemsInputError(f"must be at most 2**63 - 1 ({LARGEST_INTEGER}) in size, got {v}", field=name)
     if kind in ("int", "float", "int_or_word") and is_number(v) and not _in_range(v, meta):
         raise CheemsInputError(f"must be {_range_phrase(meta)}, got {v!r}", field=name)
     if meta["choices"] is not None:

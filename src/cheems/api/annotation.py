@@ -42,7 +42,9 @@ def open_database(db: str | None):
     _need_extra()
     from cheems.annotate.db import make_engine, schema_is_current, session_factory
 
-    engine = make_engine(database_url(db))
+    url = database_url(db)
+    _refuse_missing_sqlite_file(url)
+    engine = make_engine(url)
     try:
         current = schema_is_current(engine)
     except Exception as e:  # a server that refuses, a file that is not a database
@@ -51,6 +53,28 @@ def open_database(db: str | None):
         raise CheemsInputError("the database is not initialised (or is an older schema): run annotate_init "
                                "(`cheems annotate init`) first", field="db")
     return session_factory(engine)()
+
+
+def _refuse_missing_sqlite_file(url: str) -> None:
+    """A SQLite URL whose file does not exist, or is empty, is a database never initialised: say
+    so before connecting, which would leave a database file behind (or write into the empty one)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # make_engine names a malformed URL
+    database = parsed.database
+    if parsed.get_backend_name() == "sqlite" and database and database != ":memory:" \
+            and not database.startswith("file:") and (not os.path.lexists(database) or _empty_file(database)):
+        what = "is empty (0 bytes)" if os.path.lexists(database) else "does not exist"
+        raise CheemsInputError(f"the database file {database} {what}: the database is not initialised; run "
+                               "annotate_init (`cheems annotate init`) first", field="db")
+
+
+def _empty_file(path: str) -> bool:
+    return os.path.isfile(path) and os.path.getsize(path) == 0
 
 
 def annotate_init(db: str | None = None) -> dict:
@@ -180,6 +204,7 @@ def annotate_serve(db: str | None = None, workflow: WorkflowSettings | None = No
     from cheems.annotate.settings import ServerSettings, WorkflowSettings
 
     server = server or ServerSettings()
+    open_database(db).close()  # a database that is missing, not a database or not initialised: one error
     web_app = create_app(database_url(db), workflow or WorkflowSettings(), secure_cookies=server.secure_cookies)
     if log is not None:
         log_to(log)

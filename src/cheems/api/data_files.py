@@ -204,9 +204,12 @@ def make_tasks(path: str | os.PathLike, output: str | os.PathLike, *, design: st
     from cheems.formats import read_prompts
     from cheems.graph import annotation_tasks
     from cheems.io import check_outputs, write_jsonl
+    from cheems.metrics import check_seed
 
     if design not in ("circular", "cover"):
         raise CheemsInputError(f"unknown design {design!r}; choose circular or cover", field="design")
+    if seed is not None:
+        check_seed(seed)
     check_outputs([output], [path])
     res = read_prompts(path, skip_invalid=skip_invalid, fmt=fmt)
     rows, coverage = annotation_tasks(res.prompts, design, seed=seed)

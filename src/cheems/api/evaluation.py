@@ -233,8 +233,11 @@ def best_of_n(candidates: PathOrPaths, *, gold: str | os.PathLike | None = None,
 
     Paper: §6.2 (Downstream Correlation: best-of-32 sampling).
     """
+    from cheems.metrics import check_bootstrap, check_seed
     from cheems.report.bon import best_of_n_files
 
+    check_seed(seed)
+    check_bootstrap(n_bootstrap)
     return best_of_n_files([str(c) for c in as_paths(candidates)], str(gold) if gold is not None else None, list(ns),
                            scores=str(scores) if scores is not None else None,
                            model=str(model) if model is not None else None, server=remote_scorer(server),

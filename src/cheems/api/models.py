@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from cheems.records import CheemsInputError
+from cheems.records import CheemsInputError, is_integer
 
 if TYPE_CHECKING:  # annotations only: the settings modules load with the call that needs them
     from cheems.scoring.model_settings import ModelSettings
@@ -86,6 +86,7 @@ def init_model(output: str | os.PathLike, tokenizer_from: Sequence[str | os.Path
             input, a file that cannot be read, or no text at all.
     """
     from cheems.io import check_output_folder
+    from cheems.metrics import check_seed
     from cheems.training.init_model import SIZES, init_model as write_model, tokenizer_texts
 
     check_output_folder(output, tokenizer_from)
@@ -93,6 +94,9 @@ def init_model(output: str | os.PathLike, tokenizer_from: Sequence[str | os.Path
         raise CheemsInputError(f"unknown size {size!r}; choose from {', '.join(SIZES)}", field="size")
     if head not in ("seq-cls", "causal-lm"):
         raise CheemsInputError(f"unknown head {head!r}; choose seq-cls or causal-lm", field="head")
+    if not is_integer(vocab_size) or vocab_size < 1:
+        raise CheemsInputError(f"must be a positive integer, got {vocab_size!r}", field="vocab_size")
+    check_seed(seed)
     skipped: list[CheemsInputError] = []
     texts = tokenizer_texts(tokenizer_from, skip_invalid=skip_invalid, errors=skipped)
     write_model(output, texts, size=size, seed=seed, vocab_size=vocab_size, head=head)

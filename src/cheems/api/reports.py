@@ -16,21 +16,36 @@ __all__ = ["compare", "correlate", "read_eval_report", "read_items", "read_json"
 
 
 def read_json(path: str | os.PathLike) -> object:
-    """The JSON value of the file ``path``; a missing file or one that is not JSON is one error naming it."""
+    """The JSON value of the file ``path``. A file that is missing, a folder, not UTF-8, not JSON
+    (named with its line), or holds a lone surrogate or nests too deep is one error naming it."""
+    from cheems.io import check_input_file, json_value_problem, read_text_file
+
+    check_input_file(path)
+    text = read_text_file(path, expected="a JSON file")
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CheemsInputError("no such file", file=str(path)) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheemsInputError(f"not a JSON file: {e}", file=str(path)) from None
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CheemsInputError(f"not a JSON file: {e.msg} (column {e.colno})", file=str(path), line=e.lineno) from None
+    except RecursionError:
+        raise CheemsInputError("nests too deep to read (lists and objects within each other)", file=str(path)) from None
+    problem = json_value_problem(value)
+    if problem is not None:
+        raise CheemsInputError(problem[1], file=str(path), field=problem[0] or None)
+    return value
 
 
 def read_eval_report(path: str | os.PathLike) -> dict:
     """The evaluation report (``cheems eval --json``, :func:`cheems.evaluate`'s ``report``) in ``path``."""
+    from cheems.metrics import check_ties
+
     report = read_json(path)
     if not isinstance(report, dict) or "subsets" not in report:
         raise CheemsInputError("not an evaluation report (the report cheems.evaluate makes and `cheems eval --json` "
                                "writes)", file=str(path))
+    try:
+        check_ties(report.get("ties", "official"))
+    except CheemsInputError as e:
+        raise e.located(file=str(path)) from None
     return report
 
 
@@ -73,10 +88,11 @@ def compare(a: str | os.PathLike, b: str | os.PathLike, *, n_bootstrap: int = 20
         CheemsInputError: ``n_bootstrap`` below 1, a file that is not an evaluation report or
             lacks its items, or two reports of different benchmarks.
     """
+    from cheems.metrics import check_bootstrap, check_seed
     from cheems.report.compare import compare_reports
 
-    if n_bootstrap < 1:
-        raise CheemsInputError(f"must be at least 1, got {n_bootstrap}", field="n_bootstrap")
+    check_bootstrap(n_bootstrap, minimum=1)
+    check_seed(seed)
     report_a, report_b = read_eval_report(a), read_eval_report(b)
     return compare_reports(report_a, read_items(a), report_b, read_items(b), n_bootstrap=n_bootstrap, seed=seed)
 
@@ -122,8 +138,11 @@ def correlate(results: PathOrPaths, downstream: str | os.PathLike, *, n_bootstra
 
     Paper: §6.2 and Figure 5 (correlation between RM benchmarks and downstream tasks).
     """
+    from cheems.metrics import check_bootstrap, check_seed
     from cheems.report.correlate import correlate as correlations
 
+    check_bootstrap(n_bootstrap)
+    check_seed(seed)
     reports = _model_reports(as_paths(results))
     down = read_json(downstream)
     if not isinstance(down, dict) or not all(isinstance(v, dict) for v in down.values()):

@@ -25,11 +25,13 @@ import sys
 from typing import Optional, Sequence
 
 import typer
+from typer._click.exceptions import BadParameter, MissingParameter
 from typer.core import TyperGroup
 
 from cheems.cli.coercion import install as _install_plain_coercion
 from cheems.cli.console import EXIT_BAD_INPUT, err
 from cheems.formats import FORMAT_NAMES
+from cheems.records import CheemsInputError
 
 _install_plain_coercion()  # plain flag values converted without importing pydantic
 
@@ -153,6 +155,20 @@ class CommandGroup(TyperGroup):
             err.print("error:", style="bold red", end=" ")
             err.print(line, soft_wrap=True)
             sys.exit(EXIT_BAD_INPUT)
+
+    def invoke(self, ctx):
+        """Run the command; a flag or argument value it does not take (a word for a number, a
+        number out of the flag's range) is one line naming the flag and exit code 2, as every bad
+        input. A missing or unknown flag keeps click's usage message."""
+        try:
+            return super().invoke(ctx)
+        except BadParameter as e:
+            if isinstance(e, MissingParameter):
+                raise
+            opts = getattr(e.param, "opts", None) or [getattr(e.param, "name", None) or "value"]
+            err.print("error:", style="bold red", end=" ")
+            err.print(str(CheemsInputError(e.message, field=max(opts, key=len))), soft_wrap=True)
+            raise typer.Exit(EXIT_BAD_INPUT) from None
 
     def command_words(self, args: Sequence[str]) -> list[str]:
         """The command and subcommand names at the start of ``args`` (``data get``), read from

@@ -11,6 +11,11 @@ are Typer's own :func:`typer._param_types.coerce_cli_path`); any other value (a 
 ``1_000``, bytes, an empty path) or annotation goes to Typer's converter, whose error message
 is then the one the user sees. On a Typer without that converter (before pydantic came in)
 nothing is installed and nothing is needed.
+
+An integer flag takes no value past 64 bits (:data:`LARGEST_INTEGER`), whoever converts it: no
+seed, count or size of cheems goes further (numpy, torch and SQLite hold 64-bit integers), so
+``--seed 2**70`` or ``--epochs 2**70`` is a bad value of the flag, not a traceback or a run that
+never ends.
 """
 
 from __future__ import annotations
@@ -19,7 +24,10 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Union, get_args, get_origin
 
-__all__ = ["PlainParam", "install", "plain_leaf"]
+__all__ = ["LARGEST_INTEGER", "PlainParam", "install", "plain_leaf"]
+
+LARGEST_INTEGER = 2**63 - 1
+"""The largest integer a flag takes (int64): past it no seed, count or size means anything."""
 
 _INT = re.compile(r"[+-]?(?:0|[1-9][0-9]{0,17})")
 _FLOAT = re.compile(r"[+-]?[0-9]{1,15}(?:\.[0-9]{1,15})?(?:[eE][+-]?[0-9]{1,2})?")
@@ -36,6 +44,20 @@ def _flag(value: Any, info: Any, param: Any, ctx: Any) -> Any:
 
 def _integer(value: Any, info: Any, param: Any, ctx: Any) -> Any:
     return int(value) if type(value) is str and _INT.fullmatch(value) else _SLOW
+
+
+def _slow_only(value: Any, info: Any, param: Any, ctx: Any) -> Any:
+    return _SLOW
+
+
+def _in_64_bits(value: Any) -> Any:
+    """``value`` (one converted value or a list of them); an integer past 64 bits is a bad value."""
+    import typer
+
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+        if type(v) is int and abs(v) > LARGEST_INTEGER:
+            raise typer.BadParameter(f"must be at most 2**63 - 1 ({LARGEST_INTEGER}) in size, got {v}")
+    return value
 
 
 def _number(value: Any, info: Any, param: Any, ctx: Any) -> Any:
@@ -101,9 +123,9 @@ def _make_plain_param(runtime_param: type, build_slow):
                     out = [self.leaf(v, info, param, ctx) for v in value]
                     if _SLOW not in out:
                         return out
-                return self._slow()._coerce_value(value, param=param, ctx=ctx)
+                return _in_64_bits(self._slow()._coerce_value(value, param=param, ctx=ctx))
             out = self.leaf(value, info, param, ctx)
-            return self._slow()._coerce_value(value, param=param, ctx=ctx) if out is _SLOW else out
+            return _in_64_bits(self._slow()._coerce_value(value, param=param, ctx=ctx)) if out is _SLOW else out
 
         def _slow(self) -> Any:
             slow = self.__dict__.get("_slow_param")
@@ -143,6 +165,8 @@ def install() -> bool:
         if getattr(descriptor, "file_annotation", None) is None:
             leaf_type, many = _unwrapped(descriptor.annotation)
             leaf = plain_leaf(leaf_type, descriptor.parameter_info) if leaf_type is not None else None
+            if leaf is None and leaf_type is int and getattr(descriptor.parameter_info, "parser", None) is None:
+                leaf = _slow_only  # Typer's converter (a range), then the 64-bit bound
             if leaf is not None:
                 return plain(parameter_info=descriptor.parameter_info, annotation=descriptor.annotation,
                              descriptor=descriptor, leaf=leaf, many=many)

@@ -14,7 +14,7 @@ from rich.console import Console
 from cheems.records import CheemsInputError
 
 __all__ = ["EXIT_BAD_INPUT", "data_paths", "err", "fmt", "judge_backend_for", "out", "print_reworded", "print_skipped",
-           "progress", "reports_input_errors"]
+           "progress", "refuse_no_rows", "reports_input_errors"]
 
 # markup and emoji codes off: file names and messages may contain [brackets] and ":100:"
 # (a line number) that rich would turn into markup or an emoji; colour goes through style=
@@ -35,10 +35,22 @@ def reports_input_errors(fn):
             return fn(*args, **kwargs)
         except CheemsInputError as e:
             err.print("error:", style="bold red", end=" ")
-            err.print(str(e), soft_wrap=True)
+            err.print(e.render(cli_name), soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
     return wrapper
+
+
+def cli_name(setting: str) -> str:
+    """The flag that sets ``setting`` (a settings field), for the remedy of a library error:
+    the name a generated option gives it, else ``--`` and the name with dashes."""
+    from cheems.cli.flags import FLAGS_OF, flag_name
+
+    for specs in FLAGS_OF.values():
+        for spec in specs:
+            if spec.field == setting:
+                return spec.flag
+    return flag_name(setting)
 
 
 def print_skipped(errors: list[CheemsInputError], limit: int = 10) -> None:
@@ -83,7 +95,8 @@ def progress(what: str):
 def data_paths(paths):
     """The files ``paths`` stand for: each existing file as it is; a catalogue name or an
     ``hf:ID[:config][@split]`` converted once into the cache (a bar while it downloads and
-    converts), so a command reads datasets by name as it reads files. ``None`` stays ``None``."""
+    converts), so a command reads datasets by name as it reads files. ``None`` stays ``None``.
+    An existing file that holds no rows is refused (:func:`refuse_no_rows`)."""
     from pathlib import Path
 
     if paths is None:
@@ -93,6 +106,7 @@ def data_paths(paths):
     resolved = []
     for p in paths:
         if p is None or Path(p).exists():
+            refuse_no_rows(p)
             resolved.append(p)
             continue
         from cheems.catalog.get import parse_spec, resolve_data
@@ -103,6 +117,28 @@ def data_paths(paths):
         with progress(f"reading {p}") as bar:
             resolved.append(resolve_data(p, progress=bar, notify=lambda line: err.print(line, soft_wrap=True)))
     return resolved
+
+
+def refuse_no_rows(path) -> None:
+    """An input file of 0 bytes or of blank lines only holds no rows: almost surely the wrong file
+    (or a stage that kept nothing), and a command would write an output of nothing from it. One
+    CheemsInputError naming it; reads up to the first byte that is not white space."""
+    import os
+    import stat
+
+    try:
+        if path is None or not stat.S_ISREG(os.stat(path).st_mode):
+            return  # a folder, a pipe: the readers say what is wrong with it
+        with open(path, "rb") as f:
+            size = 0
+            while chunk := f.read(1 << 16):
+                size += len(chunk)
+                if chunk.strip():
+                    return
+    except OSError:
+        return  # the reader says why it cannot be read
+    what = "is empty (0 bytes)" if size == 0 else "holds blank lines only"
+    raise CheemsInputError(f"{what}: no rows to read", file=str(path))
 
 
 def judge_backend_for(backend: str, judge: str, api_base: Optional[str], trust_remote_code: bool):

@@ -12,7 +12,7 @@ import typer
 import cheems
 from cheems.cli.app import app
 from cheems.cli.console import (data_paths, err, fmt, judge_backend_for, out, print_skipped, progress,
-                                reports_input_errors)
+                                refuse_no_rows, reports_input_errors)
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.curation.filters import FilterConfig
 from cheems.curation.sample import SampleConfig
@@ -193,6 +193,7 @@ def resolve(
     """Distant supervision (§4.2): where the judge's comparisons form cycles keep only those the
     reward model agrees with; report kept/dropped and judge-RM agreement per category."""
     inputs = data_paths(inputs)
+    refuse_no_rows(scores)
     from cheems.cli.report import server_settings
     from cheems.curation.stages import stage_settings
 

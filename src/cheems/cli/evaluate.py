@@ -89,9 +89,9 @@ def _checked_paths(bench: list[Path], json_out: Path | None, bootstrap: int, inp
     """(benchmark files, items file beside --json) after checking --bootstrap and that no
     output overwrites an input."""
     from cheems.io import check_outputs, sidecar
+    from cheems.metrics import check_bootstrap
 
-    if bootstrap < 0:
-        raise CheemsInputError(f"must be 0 (no bootstrap) or more resamples, got {bootstrap}", field="--bootstrap")
+    check_bootstrap(bootstrap, field="--bootstrap")
     bench, items_out = data_paths(bench), (sidecar(json_out, "items") if json_out else None)
     check_outputs([json_out, items_out], [*bench, *inputs])
     return bench, items_out

@@ -11,7 +11,7 @@ import typer
 
 import cheems
 from cheems.cli.app import app
-from cheems.cli.console import data_paths, err, fmt, out, print_skipped, progress, reports_input_errors
+from cheems.cli.console import data_paths, err, fmt, out, print_skipped, progress, refuse_no_rows, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
 from cheems.training.config import TrainConfig
 
@@ -95,6 +95,8 @@ def init_model_cmd(
                                       "failing."),
 ):
     """Build a small randomly initialised reward model and a tokenizer trained on your texts."""
+    for path in tokenizer_from:
+        refuse_no_rows(path)
     made = cheems.init_model(output, tokenizer_from, size=size, head=head, vocab_size=vocab_size, seed=seed,
                              skip_invalid=skip_invalid)
     print_skipped(made.errors)

@@ -13,13 +13,14 @@ from rich.table import Table
 
 import cheems
 from cheems.cli.app import app
-from cheems.cli.console import err, fmt, out, print_skipped, progress, reports_input_errors
+from cheems.cli.console import err, fmt, out, print_skipped, progress, refuse_no_rows, reports_input_errors
 from cheems.cli.flags import build_settings, flag_name, settings_flags
 from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
 from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.remote_scorer import RemoteScorerSettings
+from cheems.settings import LARGEST_INTEGER
 
 __all__ = ["bon", "compare", "correlate", "report"]
 
@@ -29,8 +30,9 @@ def _ns(text: str) -> list[int]:
         ns = [int(x) for x in text.replace("，", ",").split(",") if x.strip()]
     except ValueError:
         raise CheemsInputError(f"must be comma-separated positive integers, got {text!r}", field="-n") from None
-    if not ns or min(ns) < 1:
-        raise CheemsInputError(f"must be comma-separated positive integers, got {text!r}", field="-n")
+    if not ns or min(ns) < 1 or max(ns) > LARGEST_INTEGER:
+        raise CheemsInputError(f"must be comma-separated positive integers of at most 64 bits, got {text!r}",
+                               field="-n")
     return ns
 
 
@@ -67,6 +69,8 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
     from cheems.io import check_outputs, write_json
 
     check_outputs([json_out], [*candidates, gold, scores, judge_flags.get("cache_path")])
+    for path in (*candidates, gold, scores):
+        refuse_no_rows(path)
     server, ns = server_settings(server_flags), _ns(n)
     judge, local = _bon_judges(judge_flags, local_flags, judge_model, seed)
     with progress("scoring / judging") if model or server or judge or local else contextlib.nullcontext(None) as bar:

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cheems.io import read_text_file
+from cheems.io import json_value_problem, read_text_file
 from cheems.records import CheemsInputError, is_integer, is_number
 from cheems.report.page_content import Source
 
@@ -28,16 +28,21 @@ KINDS = ("eval", "bon", "compare", "correlate", "curate", "bias", "train_log", "
 
 
 def _load_json(path: Path) -> Any:
-    """The file's JSON document, or its JSON Lines as a list of values (a last line cut short is dropped)."""
+    """The file's JSON document, or its JSON Lines as a list of values (a last line cut short is dropped);
+    a lone surrogate or nesting past MAX_JSON_DEPTH in it is a CheemsInputError naming the field."""
     text = read_text_file(path, expected="a JSON result file").lstrip("\ufeff")
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as e:
         first = text.lstrip().split("\n", 1)[0]
         if not _is_json_object(first):
             raise CheemsInputError(f"is not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})",
                                    file=str(path)) from None
-    return _load_jsonl(text, path)
+        data = _load_jsonl(text, path)
+    problem = json_value_problem(data)
+    if problem is not None:
+        raise CheemsInputError(problem[1], file=str(path), field=problem[0] or None)
+    return data
 
 
 def _is_json_object(line: str) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cheems.records import CheemsInputError, Prompt, is_integer
+from cheems.metrics import check_seed
+from cheems.records import Prompt
 
 __all__ = ["check_seed", "BASELINES", "length_scores", "random_scores"]
 
@@ -20,12 +21,6 @@ def random_scores(prompts: list[Prompt], seed: int = 0) -> dict[tuple[str, str],
     keys = [(p.id, r.id) for p in prompts for r in p.responses]
     values = np.random.default_rng(seed).random(len(keys)).tolist()
     return dict(zip(keys, values))
-
-
-def check_seed(seed) -> None:
-    """A seed is an integer >= 0 (numpy's generators refuse negative ones)."""
-    if not is_integer(seed) or seed < 0:
-        raise CheemsInputError(f"must be an integer >= 0, got {seed!r}", field="seed")
 
 
 BASELINES = {"length": length_scores, "random": random_scores}

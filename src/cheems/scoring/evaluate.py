@@ -18,9 +18,8 @@ from typing import Callable, Sequence
 
 from cheems.benchmark import read_benchmark
 from cheems.formats import RepeatedRows, RewordedQuestions, read_scores
-from cheems.metrics import benchmark_fingerprint, check_ties, evaluate_scores
+from cheems.metrics import benchmark_fingerprint, check_bootstrap, check_ties, evaluate_scores
 from cheems.records import CheemsInputError, identical_responses
-from cheems.settings import is_integer
 from cheems.scoring.baselines import BASELINES, check_seed
 from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.run import load_scorer, model_scores
@@ -77,8 +76,7 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
     check_seed(seed)
     if name is not None and not name.strip():
         raise CheemsInputError("must not be empty", field="--name")
-    if not is_integer(n_bootstrap) or n_bootstrap < 0:
-        raise CheemsInputError(f"must be an integer >= 0 (0: no bootstrap), got {n_bootstrap!r}", field="n_bootstrap")
+    check_bootstrap(n_bootstrap)
     if sum(x is not None for x in (scores, baseline, model, judge, judge_model)) != 1:
         raise CheemsInputError("give exactly one of --scores FILE, --scorer length|random, --model DIR, "
                                "--judge MODEL --api-base URL or --judge-model DIR")
