@@ -76,13 +76,6 @@ class CheemsInputError(ValueError):
     def __str__(self) -> str:
         return self.render()
 
-    def __reduce__(self):  # every part survives a trip through pickle (worker processes, Ray)
-        return _input_error, (self.message, self.file, self.line, self.field, self.remedy)
-
-
-def _input_error(message, file, line, field, remedy) -> CheemsInputError:
-    return CheemsInputError(message, file=file, line=line, field=field, remedy=remedy)
-
 
 @dataclass(slots=True)
 class Response:
