@@ -11,12 +11,23 @@ rounds=${2:-3}
 cores=$(nproc 2>/dev/null || echo 2)
 logs=$(mktemp -d "${TMPDIR:-/tmp}/cheems-stress.XXXXXX")
 
+# Each hog spins until its parent (this script) is gone, so that no hog outlives a killed run,
+# even one killed with SIGKILL; the suite runs in the background and is waited for, so that a
+# SIGTERM or Ctrl-C stops it and the hogs at once instead of after the round.
 hogs=()
-stop_hogs() { [ ${#hogs[@]} -eq 0 ] || kill "${hogs[@]}" 2>/dev/null; wait 2>/dev/null; }
-trap stop_hogs EXIT
+suite=""
+stop_all() {
+    [ -z "$suite" ] || kill -TERM "$suite" 2>/dev/null
+    [ ${#hogs[@]} -eq 0 ] || kill "${hogs[@]}" 2>/dev/null
+    wait 2>/dev/null
+}
+trap stop_all EXIT
 trap 'exit 130' INT TERM
 for _ in $(seq "$cores"); do
-    "$python" -c "while True: pass" &
+    "$python" -c "import os
+parent = os.getppid()
+while os.getppid() == parent:
+    pass" &
     hogs+=($!)
 done
 echo "make stress: $rounds rounds of the suite in random order, with $cores busy processes beside it; logs in $logs"
@@ -27,8 +38,11 @@ for round in $(seq "$rounds"); do
     log="$logs/round-$round.log"
     start=$SECONDS
     env -u PYTHONDONTWRITEBYTECODE "$python" -m pytest -q -n auto --maxprocesses 4 --dist worksteal \
-        -p random_order --random-order-bucket=global --random-order-seed="$seed" >"$log" 2>&1
+        -p random_order --random-order-bucket=global --random-order-seed="$seed" >"$log" 2>&1 &
+    suite=$!
+    wait "$suite"
     rc=$?
+    suite=""
     summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$log" | tail -n 1 | tr -d '=')
     echo "round $round (seed $seed): exit $rc in $((SECONDS - start)) s:${summary:- no summary, see $log}"
     if [ "$rc" -ne 0 ]; then
