@@ -185,7 +185,7 @@ def main() -> None:
     print(f"{args.shape} on {args.device} ({args.dtype}): {n_pairs} pairs x 2 orders = {len(items)} judge prompts, "
           f"{tokens:,} tokens (mean {tokens / len(items):,.0f}; each prompt's common prefix laid down once leaves "
           f"{shared:,}, {1 - shared / tokens:.1%} fewer, where its judge prompts share a batch); packing "
-          f"{judge.packing}, token budget {judge.token_budget(args.token_budget)}, batch size {args.batch_size}; "
+          f"{judge.packing}, token budget {judge.token_budget}, batch size {args.batch_size}; "
           f"verdict tokens {judge.verdict_ids[:2]}; truncated {judge.stats.truncated}")
     print(f"FLOPs: {flops_formula(args.shape, mean_context(lengths), 1)}; peak: {peak_text}")
     results = measure(judge, plain, items, n_plain, args)

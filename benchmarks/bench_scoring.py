@@ -139,7 +139,7 @@ def main() -> None:
     context = mean_context(lengths)
     figures = Figures(shape, peak, tokens, context, computed,
                       shared_prefix_context([(common_prefix(seqs), [len(s) for s in seqs]) for seqs in encoded]))
-    budget = any_rm.token_budget(args.token_budget)
+    budget = args.token_budget or any_rm.token_budget
     print(f"{shape} on {args.device} ({any_rm.model.dtype}, liger {args.liger_kernels}, compile {args.compile}, "
           f"fixed shapes {args.fixed_shapes}): {len(prompts):,} prompts, "
           f"{len(lengths):,} conversations, {tokens:,} tokens (mean {tokens / len(lengths):,.0f}); a shared prefix "

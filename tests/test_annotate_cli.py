@@ -45,7 +45,7 @@ def test_the_sample_imports_and_status_reports_it(ready):
     (["annotate", "init", "--db", "sqlite:///no/such/folder/a.db"], ["--db", "does not exist"]),
     (["annotate", "import", "open.jsonl", "--db", "sqlite:///fresh.db"], ["not initialised"]),
     (["annotate", "import", "missing.jsonl"], ["missing.jsonl"]),
-    (["annotate", "import", "open.jsonl", "--overlap", "0"], ["--overlap"]),
+    (["annotate", "import", "open.jsonl", "--overlap", "0"], ["overlap: overlap must be at least 1"]),
     (["annotate", "import", "open.jsonl", "--gold", "open.jsonl"], ["has no rank"]),
     (["annotate", "status", "--db", "postgresql://nobody@127.0.0.1:1/none"], ["--db", "cannot open the database"]),
     (["annotate", "export", "-o", "open.jsonl", "--raw", "open.jsonl"], ["two outputs"]),

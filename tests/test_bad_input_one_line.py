@@ -145,9 +145,9 @@ def test_a_cache_that_is_a_folder_or_not_sqlite(work):
 
 def test_a_negative_seed(work):
     assert_one_line_error(run_cli_in(work, "eval", "bench.jsonl", "--scorer", "random", "--seed", "-1"),
-                          "seed: must be an integer >= 0")
+                          "--seed: must be >= 0")
     assert_one_line_error(run_cli_in(work, "score", "bench.jsonl", "--scorer", "random", "--seed", "-3",
-                                     "-o", "neg.jsonl"), "seed: must be an integer >= 0")
+                                     "-o", "neg.jsonl"), "--seed: must be >= 0")
     assert not (work / "neg.jsonl").exists()
 
 

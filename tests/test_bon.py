@@ -90,7 +90,7 @@ def test_bon_from_the_command_line_with_the_human_ranking_as_gold(tmp_path, samp
     assert "Best-of-n: 长度基线" in named.stdout
     empty = run_cli_in(tmp_path, "bon", "bench.jsonl", "--scores", "length.jsonl", "--gold", "gold.jsonl",
                        "--name", " ")
-    assert empty.returncode == 2 and "--name" in empty.stderr
+    assert empty.returncode == 2 and "name: must not be empty" in empty.stderr
 
 
 def test_the_best_of_n_pick_judged_against_a_baseline_in_both_orders(tmp_path):

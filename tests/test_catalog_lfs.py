@@ -230,7 +230,7 @@ def test_an_error_object_in_the_batch_answer_is_its_message(server, cache):
     with pytest.raises(CheemsInputError) as e:
         fetch_release_file(ENTRY, "open", source=server.url)
     text = _one_line(e)
-    assert "Object does not exist on the server" in text and "code 404" in text and "--source" in text
+    assert "Object does not exist on the server" in text and "code 404" in text and "(or point source at" in text
     assert server.paths() == [("POST", f"{REPO}.git/info/lfs/objects/batch")]
 
 
@@ -249,7 +249,7 @@ def test_an_unreachable_server_is_one_line(cache):
         fetch_release_file(ENTRY, "open", source=f"http://127.0.0.1:{port}/AlignRM/CheemsRM")
     text = _one_line(e)
     assert text.startswith("could not download data/cheems_bench/open.jsonl from http://127.0.0.1:")
-    assert text.endswith("; or point --source at a local copy")
+    assert text.endswith(" (or point source at a local copy)")
 
 
 def test_a_stalled_download_times_out_in_one_line(server, cache, monkeypatch):
@@ -259,7 +259,7 @@ def test_a_stalled_download_times_out_in_one_line(server, cache, monkeypatch):
         fetch_release_file(ENTRY, "open", source=server.url)
     server.stall.set()
     text = _one_line(e)
-    assert "timed out after 0.2 s; or point --source at a local copy" in text and "/objects/" in text
+    assert "timed out after 0.2 s (or point source at a local copy)" in text and "/objects/" in text
     assert not cache.exists() or list(cache.iterdir()) == []
 
 
@@ -490,7 +490,7 @@ def test_a_release_line_that_is_not_json_is_refused_saying_what_skip_invalid_doe
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert lines[0].startswith(f"error: {clone}/data/cheems_bench/open.jsonl:2: ") and \
-        lines[0].endswith("; --skip-invalid leaves such rows out and counts them"), r.stderr
+        lines[0].endswith(" (--skip-invalid leaves such rows out and counts them)"), r.stderr
     assert not (tmp_path / "bench.jsonl").exists()
     r = run_cli(*get, "--skip-invalid")  # ... and it does
     assert r.returncode == 0 and "skipped 1 invalid row(s)" in r.stderr and "open.jsonl:2" in r.stderr, r.stderr
@@ -510,5 +510,5 @@ def test_offline_advice_names_the_mirror_where_a_command_has_no_source(run_cli, 
     assert r.returncode == 2 and "--source" not in r.stderr, r.stderr
     assert f"or put a copy in {tmp_path / 'mirror' / 'AlignRM' / 'CheemsRM'} holding" in r.stderr, r.stderr
     r = run_cli("data", "get", "cheemsbench", "-o", "bench.jsonl", env=env)
-    assert r.returncode == 2 and r.stderr.rstrip().endswith("; or point --source at a local copy"), r.stderr
+    assert r.returncode == 2 and r.stderr.rstrip().endswith(" (or point --source at a local copy)"), r.stderr
     assert "CHEEMS_HUB_MIRROR" not in r.stderr.split(";")[-1]

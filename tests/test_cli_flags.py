@@ -19,7 +19,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from cheems.cli import app, expand_multi_value_flags
-from cheems.cli.flags import FLAGS_OF, FlagSpec, build_settings, flag
+from cheems.cli.flags import FLAGS_OF, NO_VALUE, FlagSpec, build_settings, flag
 from cheems.records import CheemsInputError
 from cheems.settings import setting_kind
 
@@ -43,7 +43,10 @@ def specs_of(command) -> list[FlagSpec]:
     return FLAGS_OF.get(f"{fn.__module__}.{fn.__qualname__}", [])
 
 
-GENERATED = [(path, spec) for path, command in COMMANDS.items() for spec in specs_of(command)]
+GENERATED = [(path, spec) for path, command in COMMANDS.items() for spec in specs_of(command)
+             if spec.alias_value is NO_VALUE]
+ALIASES = [(path, spec) for path, command in COMMANDS.items() for spec in specs_of(command)
+           if spec.alias_value is not NO_VALUE]
 
 
 def is_option(param) -> bool:
@@ -72,10 +75,12 @@ def test_the_settings_commands_have_generated_flags():
 def test_option_takes_help_default_and_shape_from_its_setting(path, spec):
     opt = option(COMMANDS[path], spec.flag)
     f = field_of(spec)
-    assert opt.help == flag(spec.cls, spec.field, spec.when)
-    if spec.when is None:
+    assert opt.help == flag(spec.cls, spec.field, spec.when, spec.help, spec.default)
+    if spec.when is None and spec.help is None:
         assert opt.help.startswith(f.metadata["help"].rstrip(".")), "the field's help text, word for word"
     default = f.default if f.default is not dataclasses.MISSING else None
+    if spec.default is not NO_VALUE:
+        default = spec.default
     kind = setting_kind(typing.get_type_hints(spec.cls)[spec.field])
     if kind == "bool" and default is True:
         assert opt.secondary_opts == ["--no-" + spec.flag[2:]] and opt.default is None
@@ -83,14 +88,23 @@ def test_option_takes_help_default_and_shape_from_its_setting(path, spec):
         assert opt.is_flag and opt.default is False and not opt.secondary_opts
     else:
         assert opt.default is None, "a flag left out is not given: the setting's own default applies"
-        if default not in (None, ()) and not f.metadata.get("default_text"):
+        if default not in (None, ()) and (spec.default is not NO_VALUE or not f.metadata.get("default_text")):
             shown = opt.help.rsplit("(default ", 1)[1].rstrip(").")
             if isinstance(default, tuple):
                 assert tuple(shown.split(",")) == default
             elif isinstance(default, (int, float)):
                 assert float(shown) == default
             else:
-                assert shown == default
+                assert shown == str(default)
+
+
+def test_hidden_aliases_are_hidden_switches_of_a_generated_flag():
+    """An old spelling (``--truncate``, now ``--truncation left``) stays accepted, hidden from --help."""
+    assert {(" ".join(p), s.flag) for p, s in ALIASES} == {("train", "--truncate"), ("serve", "--truncate")}
+    for path, spec in ALIASES:
+        opt = option(COMMANDS[path], spec.flag)
+        assert opt.hidden and opt.is_flag
+        assert (path, spec.cls, spec.field) in {(p, s.cls, s.field) for p, s in GENERATED}
 
 
 def hand_written_helps() -> list[tuple[str, str, str]]:
@@ -143,6 +157,14 @@ def args_for(path: tuple[str, ...], spec: FlagSpec, tmp_path) -> list[str]:
             args += ["--config", str(tmp_path / "pipeline.yaml")]
         else:
             args += [p.opts[0], str(tmp_path / "out")]
+    own = {(s.cls.__name__, s.field) for s in specs_of(command)}
+    if ("OutputSettings", "output") in own and spec.field != "output":
+        args += ["-o", str(tmp_path / "out")]
+    if path == ("curate", "sample"):
+        (tmp_path / "pipeline.yaml").write_text(SAMPLE_CONFIG, encoding="utf-8")
+        args += ["--config", str(tmp_path / "pipeline.yaml")]
+    if path == ("curate", "debias") and spec.field != "seed":
+        args += ["--seed", "0"]
     generated = {s.field: s.flag for s in specs_of(command) if s.cls is spec.cls}
     if "model" in generated and spec.field != "model" and spec.cls.__name__ == "JudgeConfig":
         args += [generated["model"], "judge-model"]
@@ -162,7 +184,8 @@ def valid_settings(cls):
 
     required = {"JudgeConfig": {"model": "judge-model", "api_base": "http://127.0.0.1:9/v1"},
                 "SampleConfig": {"models": [SampleModel(name="m", api_base="http://127.0.0.1:9/v1")]},
-                "TrainConfig": {"model": "m", "train": ["t.jsonl"], "output": "o"}}
+                "TrainConfig": {"model": "m", "train": ["t.jsonl"], "output": "o"},
+                "OutputSettings": {"output": "o"}}
     return cls(**required.get(cls.__name__, {}))
 
 

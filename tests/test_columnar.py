@@ -319,7 +319,8 @@ def test_rank_and_stats_import_no_other_command():
             "print(sorted(m for m in sys.modules if m.startswith(('cheems.cli.', 'cheems.scoring', 'cheems.curation',"
             " 'cheems.training', 'cheems.serving', 'asyncio'))))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert run.stdout.split() == ["['cheems.cli.app',", "'cheems.cli.coercion',", "'cheems.cli.console',", "'cheems.cli.data']"]
+    assert run.stdout.split() == ["['cheems.cli.app',", "'cheems.cli.coercion',", "'cheems.cli.console',",
+                                  "'cheems.cli.data',", "'cheems.cli.flags']"]
 
 
 def test_every_command_is_listed_under_its_module():

@@ -554,7 +554,7 @@ def test_a_ray_address_where_nothing_answers_is_one_line_before_ray_starts(workd
                .replace("human.jsonl", str(workdir / "human.jsonl")).replace("[tiny]", f"[{workdir / 'tiny'}]"))
     r = experiment(tmp_path, "run", "g.yaml", "-o", "out", "--ray", address)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert f"--ray: the Ray address {address} does not answer (Connection refused)" in r.stderr
+    assert f"ray_address: the Ray address {address} does not answer (Connection refused)" in r.stderr
     assert not (tmp_path / "out").exists()
 
 

@@ -77,7 +77,7 @@ def test_only_ties_without_judge_ties_is_one_clear_error(causal_lm_model):
     from cheems.models.checkpoints import load_tokenizer
 
     tied = _prompt("p", {"a": "甲", "b": "乙"}, rank={"a": 1, "b": 1})
-    with pytest.raises(CheemsInputError, match="--judge-ties"):
+    with pytest.raises(CheemsInputError, match=r"\(ties train only with judge_ties\)"):
         encode_judge_data([tied], load_tokenizer(causal_lm_model), SHORT, ties=False, max_length=512, truncate=False)
     data = encode_judge_data([tied], load_tokenizer(causal_lm_model), SHORT, ties=True, max_length=512, truncate=False)
     assert data.targets == [2, 2] and data.pairs == 1
@@ -334,4 +334,4 @@ def test_out_of_memory_is_one_line_naming_the_budget(marker_task, tmp_path, monk
                                 micro_batch_size=4))
     message = str(caught.value)
     assert "out of GPU memory on a forward batch of" in message and "(token budget 1024)" in message
-    assert "try --token-budget 768 or --token-budget auto" in message and len(calls) == 3
+    assert "try token_budget 768 or token_budget auto" in message and len(calls) == 3

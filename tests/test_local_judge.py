@@ -221,7 +221,8 @@ def test_a_model_trained_with_ties_judges_with_the_tie_verdict(tmp_path, run_cli
 @pytest.mark.parametrize("extra, message", [
     (("--model", "m"), "--judge-model is the scorer itself"),
     (("--scorer", "length"), "--judge-model is the scorer itself"),
-    (("--truncation", "right"), "--truncation: a judge prompt keeps its end"),
+    (("--truncation", "right"), "truncation: a judge prompt keeps its end (the verdict question) (leave out "
+                                "--truncation right)"),
 ])
 def test_judge_model_beside_another_scorer_is_one_line(tmp_path, run_cli, causal_lm_model, extra, message):
     r = run_cli("eval", _bench(tmp_path), "--judge-model", causal_lm_model, *extra)
@@ -240,7 +241,7 @@ def test_a_judge_template_that_raises_is_one_line_naming_the_model(tmp_path, run
 
 def test_a_reward_model_folder_is_no_judge_model(tmp_path, run_cli, seq_cls_model):
     r = run_cli("eval", _bench(tmp_path), "--judge-model", seq_cls_model)
-    assert r.returncode == 2 and "is not a causal language model" in r.stderr and "--model" in r.stderr
+    assert r.returncode == 2 and "is not a causal language model" in r.stderr and "(a reward model: " in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
 
 

@@ -111,7 +111,7 @@ def test_bon_takes_one_judge_and_judge_flags_need_the_model(tmp_path, run_cli, s
     assert run_cli("score", "cands.jsonl", "--scorer", "length", "-o", "length.jsonl").returncode == 0
     for extra, message in ((("--judge-model", causal_lm_model, "--judge", "gpt", "--api-base", "http://127.0.0.1:9",
                              "--baseline", "r1"), "give one judge"),
-                           (("--judge-model", causal_lm_model), "--judge-model needs --baseline"),
+                           (("--judge-model", causal_lm_model), "judge_model needs a baseline"),
                            (("--gold", "length.jsonl", "--judge-ties"), "go with --judge-model")):
         r = run_cli("bon", "cands.jsonl", "--scores", "length.jsonl", *extra)
         assert r.returncode == 2 and message in r.stderr, r.stderr

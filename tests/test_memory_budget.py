@@ -71,11 +71,12 @@ def test_the_message_names_the_budget_that_failed_and_the_one_to_try():
     e = out_of_memory_error(65536, 65000)
     assert e.field == "token_budget" and "\n" not in e.message
     assert "65000 tokens" in e.message and "token budget 65536" in e.message
-    assert f"--token-budget {smaller_budget(65536)}" in e.message and "auto" in e.message
+    assert e.remedy == ("token_budget", f"try {{}} {smaller_budget(65536)} or {{}} auto")
+    assert str(e).endswith(f"(try token_budget {smaller_budget(65536)} or token_budget auto)")
     assert smaller_budget(65536) == 49152 and smaller_budget(512) == 384 and smaller_budget(300) == 224
     assert smaller_budget(100) == 64 and smaller_budget(20) == 15 and smaller_budget(1) == 1
     assert "no token budget" in out_of_memory_error(None, 4000).message
-    assert "found by --token-budget auto" in out_of_memory_error(16384, 9000, auto=True).message
+    assert "token budget 16384, found by probing" in out_of_memory_error(16384, 9000, auto=True).message
 
 
 def test_probe_sequences_fill_the_budget():
@@ -110,7 +111,7 @@ def test_training_out_of_memory_is_one_line(workdir, monkeypatch):
                    "--epochs", "1", "--gradient-accumulation", "1", "--token-budget", "512")
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     lines = [x for x in r.stderr.splitlines() if "out of GPU memory" in x]
-    assert len(lines) == 1 and "(token budget 512); try --token-budget 384 or --token-budget auto" in lines[0], r.stderr
+    assert len(lines) == 1 and "(token budget 512) (try --token-budget 384 or --token-budget auto)" in lines[0], r.stderr
 
 
 def test_scoring_out_of_memory_is_one_line(workdir, monkeypatch):
@@ -122,7 +123,7 @@ def test_scoring_out_of_memory_is_one_line(workdir, monkeypatch):
     monkeypatch.setattr(transformers_rm.TransformersRewardModel, "score_packed", no_memory)
     r = run_cli_in(workdir, "score", "bench.jsonl", "--model", "tiny", "-o", "scores.jsonl", "--token-budget", "2048")
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
-    assert "(token budget 2048); try --token-budget 1536" in r.stderr
+    assert "(token budget 2048) (try --token-budget 1536" in r.stderr
     assert (workdir / "scores.jsonl").read_text(encoding="utf-8") == ""  # no score written (a rerun resumes)
 
 

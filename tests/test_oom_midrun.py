@@ -180,7 +180,7 @@ def test_auto_goes_on_at_a_smaller_budget_with_the_same_steps(seq_cls_model, dat
     assert oom.raised == 1
     said = [n for n in notes if "out of GPU memory" in n]
     assert said == ["note: out of GPU memory on a forward batch of 3449 tokens at token budget 4096 (found by "
-                    "--token-budget auto) at step 3; going on at token budget 2560 (the step is done again in "
+                    "probing) at step 3; going on at token budget 2560 (the step is done again in "
                     "smaller forward batches, on the same pairs)"]
     assert summary["steps"] == plain["steps"] == summary["total_steps"] == len(oom.losses) == 8
     assert oom.losses == pytest.approx(losses, rel=1e-5, abs=1e-6)
@@ -227,7 +227,7 @@ def test_one_pair_that_does_not_fit_is_one_line(seq_cls_model, data, probed, mon
     assert len(lowered) >= 2 and all("at step 3;" in n for n in lowered)
     message = str(e.value)
     assert "\n" not in message and e.value.field == "token_budget"
-    assert "out of GPU memory on a forward batch of" in message and "(found by --token-budget auto)" in message
+    assert "out of GPU memory on a forward batch of" in message and ", found by probing)" in message
     tokens = int(message.split("forward batch of ")[1].split()[0])
     assert tokens < 2 * 600  # one pair's two sequences (each under 600 tokens here)
 
@@ -244,7 +244,7 @@ def test_a_fixed_budget_is_one_line_naming_the_budget_to_try(workdir, monkeypatc
                    "--epochs", "1", "--gradient-accumulation", "2", "--token-budget", "4096")
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     lines = _oom_lines(r.stderr)
-    assert len(lines) == 1 and "(token budget 4096); try --token-budget 3072 or --token-budget auto" in lines[0], \
+    assert len(lines) == 1 and "(token budget 4096) (try --token-budget 3072 or --token-budget auto)" in lines[0], \
         r.stderr
 
 
@@ -256,7 +256,7 @@ def test_auto_that_cannot_go_lower_is_one_line_after_its_notes(workdir, probed, 
     lines = _oom_lines(r.stderr)
     notes = [x for x in lines if "going on at token budget" in x]
     errors = [x for x in lines if x not in notes]
-    assert notes and len(errors) == 1 and "(found by --token-budget auto)); try --token-budget" in errors[0], r.stderr
+    assert notes and len(errors) == 1 and ", found by probing) (try --token-budget" in errors[0], r.stderr
     assert errors[0].startswith("error: token_budget: out of GPU memory on a forward batch of"), r.stderr
 
 

@@ -393,13 +393,10 @@ class RecordingScorer:
     """Stands in for a model to watch how `scored_batches` cuts and packs prompts: it scores a
     sequence by its length and records every row it is given."""
 
-    packing, share_prefix = True, True
+    packing, share_prefix, fixed_shapes, token_budget_auto = True, True, False, False
 
     def __init__(self, budget):
-        self.budget, self.rows = budget, []
-
-    def token_budget(self, asked=None):
-        return asked or self.budget
+        self.token_budget, self.rows = budget, []
 
     def max_batch(self, asked):
         return asked

@@ -151,7 +151,7 @@ def test_resuming_with_other_settings_is_refused(local_ray, tiny_model, prompts,
     out = tmp_path / "scores.jsonl"
     with ResumableJsonl(out, META) as f:
         f.append([{"prompt_id": prompts[0].id, "response_id": prompts[0].responses[0].id, "score": 0.0}])
-    with pytest.raises(CheemsInputError, match="use --overwrite"):
+    with pytest.raises(CheemsInputError, match=r"\(overwrite starts again\)"):
         score_with_ray(prompts, tiny_model, out, meta={**META, "max_length": 512}, load_kwargs={})
 
 

@@ -31,10 +31,10 @@ def test_all_ascii_data_gives_an_english_page_that_says_how_to_switch(tmp_path, 
     page = (tmp_path / "page.html").read_text(encoding="utf-8")
     assert '<html lang="en">' in page and "<h2>Leaderboard</h2>" in page
     assert ("This page is in English because the data&#x27;s names and categories hold no Chinese; "
-            "<code>--lang zh</code> writes it in Chinese.") in page
+            "the language <code>zh</code> writes it in Chinese.") in page
     markdown = (tmp_path / "page.md").read_text(encoding="utf-8")
     assert markdown.splitlines()[2] == ("This page is in English because the data's names and categories hold no "
-                                        "Chinese; `--lang zh` writes it in Chinese.")
+                                        "Chinese; the language `zh` writes it in Chinese.")
 
 
 @pytest.mark.parametrize("model, category", [("奖励模型", "coding"), ("tiny-rm", "代码")])
@@ -42,7 +42,7 @@ def test_any_chinese_name_or_category_gives_a_chinese_page(tmp_path, model, cate
     report = build_report([ascii_eval(tmp_path, "other-rm"), ascii_eval(tmp_path, model, category)])
     assert report.lang == "zh" and report.title == "奖励模型评测报告"
     chinese = model if model != "tiny-rm" else category
-    assert report.lang_note == f"本页为中文，因为数据的名称或类别含有中文（如“{chinese}”）；`--lang en` 可生成英文版。"
+    assert report.lang_note == f"本页为中文，因为数据的名称或类别含有中文（如“{chinese}”）；选择语言 `en` 可生成英文版。"
 
 
 def test_an_explicit_lang_wins_and_the_note_says_so(tmp_path, run_cli):
@@ -50,11 +50,11 @@ def test_an_explicit_lang_wins_and_the_note_says_so(tmp_path, run_cli):
     done = run_cli("report", chinese, "--lang", "en", "-o", "en.html")
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "en.html").read_text(encoding="utf-8")
-    assert '<html lang="en">' in page and "This page is in English as asked (<code>--lang en</code>); " \
-                                          "<code>--lang zh</code> writes it in Chinese." in page
+    assert '<html lang="en">' in page and "This page is in English as asked (language <code>en</code>); " \
+                                          "the language <code>zh</code> writes it in Chinese." in page
     report = build_report([english], lang="zh")
     assert report.lang == "zh" and report.sections[1].title == "排行榜"
-    assert report.lang_note == "本页按 `--lang zh` 以中文生成；`--lang en` 可生成英文版。"
+    assert report.lang_note == "本页按要求（语言 `zh`）以中文生成；选择语言 `en` 可生成英文版。"
 
 
 def test_detect_language_needs_one_chinese_text():

@@ -177,12 +177,12 @@ def test_server_with_a_model_or_scores_is_refused_in_one_line(tmp_path, bench, s
     url = "http://127.0.0.1:9"
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--server", url,
                                      "--model", seq_cls_model))
-    assert "give exactly one of --scores FILE, --model DIR or --server URL" in line
+    assert "give exactly one of scores (a file), model (a folder) or server (a URL)" in line
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--server", url, "--scores", gold))
-    assert "--server URL" in line
+    assert "server (a URL)" in line
     line = one_error_line(run_cli_in(tmp_path, "curate", "resolve", sample_annotations / "open.jsonl",
                                      "--server", url, "--rm", seq_cls_model, "-o", "o.jsonl"))
-    assert "--rm PATH" in line and "--server URL" in line
+    assert "model (rm) or a server of it (server)" in line
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--scores", gold,
                                      "--api-key-file", gold))
     assert "--api-key-file goes with --server URL" in line
@@ -208,7 +208,7 @@ def test_the_server_refusing_is_one_line_with_its_message(tmp_path, server, benc
     candidates, gold = bench
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--server", server))
     assert "refused /v1/score with HTTP 401: missing or wrong bearer token" in line
-    assert line.endswith("give its token with --api-key-file")
+    assert line.endswith("(give its token with --api-key-file)")
     wrong = tmp_path / "wrong.txt"
     wrong.write_text("not-the-token", encoding="utf-8")
     wrong.chmod(0o600)

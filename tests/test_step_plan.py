@@ -1,6 +1,6 @@
 """The few-steps note (cheems.training.step_plan): before step 1, a run that plans fewer than
 about 100 optimizer steps (200 for a generative judge) says so, with the step count and what
---gradient-accumulation, --micro-batch-size and --epochs would give; through ``notify`` (the
+gradient_accumulation, micro_batch_size and epochs would give; through ``notify`` (the
 CLI prints it) or, to a Python caller who passed none, as a warning. Checked on the arithmetic
 alone, then on tiny real runs of every objective (the marker task of tests/marker_task.py) and
 through the CLI."""
@@ -32,20 +32,25 @@ def _config(**kw) -> TrainConfig:
 
 # ----------------------------------------------------------------------------- the arithmetic
 
-def test_the_users_plan_gets_the_count_and_what_each_flag_would_give():
+def test_the_users_plan_gets_the_count_and_what_each_setting_would_give():
     """600 judge examples (300 pairs in two orders), 8 x 32 sequences a step, 10 epochs: 75
     forward batches an epoch, 3 steps an epoch, 30 in all."""
     config = _config(objective="generative", epochs=10)
     note = few_steps_note(config, 75, lambda m: math.ceil(600 / m))
     assert note.startswith("note: 30 optimizer step(s) planned (10 epoch(s) x 3, each step 32 forward batch(es) "
-                           "of up to 8 sequences), under about 200 for --objective generative: ")
+                           "of up to 8 sequences), under about 200 for objective generative: ")
     # the largest accumulation that reaches 200: ceil(75 / 3) x 10; no micro batch does: 1 gives ceil(600 / 32) x 10
-    assert note.endswith("More steps: --gradient-accumulation 3 (250 steps), --micro-batch-size 1 (190 steps) "
-                         "or --epochs 67 (201 steps)")
+    assert note.endswith("More steps: gradient_accumulation 3 (250 steps), micro_batch_size 1 (190 steps) "
+                         "or epochs 67 (201 steps)")
+    from cheems.cli.console import cli_name
+
+    assert note.render(cli_name).endswith(  # at the command line: the flags that give more
+        "for --objective generative: " + note.split("generative: ", 1)[1].split("More steps:")[0] + "More steps: "
+        "--gradient-accumulation 3 (250 steps), --micro-batch-size 1 (190 steps) or --epochs 67 (201 steps)")
     note = few_steps_note(replace(config, objective="bt"), 75, lambda m: math.ceil(600 / m))
-    assert "under about 100 for --objective bt" in note  # a scalar head needs fewer
-    assert note.endswith("More steps: --gradient-accumulation 8 (100 steps), --micro-batch-size 2 (100 steps) "
-                         "or --epochs 34 (102 steps)")
+    assert "under about 100 for objective bt" in note  # a scalar head needs fewer
+    assert note.endswith("More steps: gradient_accumulation 8 (100 steps), micro_batch_size 2 (100 steps) "
+                         "or epochs 34 (102 steps)")
 
 
 def test_a_plan_of_enough_steps_has_no_note_and_the_count_is_the_runs():
@@ -60,14 +65,14 @@ def test_a_plan_of_enough_steps_has_no_note_and_the_count_is_the_runs():
 def test_flags_that_would_not_help_are_left_out():
     # accumulation already 1, and the token budget (not the micro batch) cuts the batches
     note = few_steps_note(_config(epochs=2, gradient_accumulation=1), 20, lambda m: 20)
-    assert note.endswith("More steps: --epochs 5 (100 steps)") and "--micro-batch-size" not in note
+    assert note.endswith("More steps: epochs 5 (100 steps)") and "micro_batch_size" not in note
     # nothing reaches 100: the most each flag gives
     note = few_steps_note(_config(epochs=1, micro_batch_size=4), 10, lambda m: 10 * 4 // m)
-    assert "--gradient-accumulation 1 (10 steps), --micro-batch-size 1 (2 steps) or --epochs 100" in note
+    assert "gradient_accumulation 1 (10 steps), micro_batch_size 1 (2 steps) or epochs 100" in note
     # bt and dual: no micro batch under a prompt's responses, whose pairs would no longer meet
     plan = _config(epochs=1, gradient_accumulation=1)
-    assert "--micro-batch-size 1 (80 steps)" in few_steps_note(plan, 10, lambda m: 80 // m)
-    assert "--micro-batch-size 4 (20 steps)" in few_steps_note(plan, 10, lambda m: 80 // m, smallest_micro_batch=3)
+    assert "micro_batch_size 1 (80 steps)" in few_steps_note(plan, 10, lambda m: 80 // m)
+    assert "micro_batch_size 4 (20 steps)" in few_steps_note(plan, 10, lambda m: 80 // m, smallest_micro_batch=3)
 
 
 # ----------------------------------------------------------------------------- real runs
@@ -124,6 +129,6 @@ def test_the_cli_prints_the_note_with_the_runs_step_count(task, tmp_path, flags,
     lines = [line for line in r.stderr.splitlines() if NOTE.match(line)]
     if said:
         assert len(lines) == 1 and int(NOTE.match(lines[0]).group(1)) == steps, r.stderr
-        assert "--gradient-accumulation 1 (" in lines[0] and "--epochs" in lines[0]
+        assert "--gradient-accumulation 1 (" in lines[0] and "--epochs" in lines[0]  # the flags, at the command line
     else:
         assert steps >= FEW_STEPS["bt"] and not lines, r.stderr

@@ -74,7 +74,7 @@ def test_many_sequences_over_max_length_are_warned_about_before_training(workdir
              *FAST)
     assert r.returncode == 0, r.stderr
     warning = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
-    assert warning and "longer than max_length 200 tokens" in warning[0] and "--truncate" in warning[0]
+    assert warning and "longer than --max-length 200 tokens" in warning[0] and "--truncate" in warning[0]
 
 
 def test_a_pipe_gets_a_plain_line_per_epoch_and_evaluation(workdir):

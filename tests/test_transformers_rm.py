@@ -530,7 +530,10 @@ def test_resume_with_other_settings_is_refused_until_overwrite(seq_rm, seq_cls_m
     meta = meta_of(short, seq_cls_model)
     with pytest.raises(CheemsInputError) as e:
         score_to_file(short, resume_case.prompts, out, meta=meta, batch_size=4)
-    assert "--overwrite" in str(e.value)
+    assert "(overwrite starts again)" in str(e.value)
+    from cheems.cli.console import cli_name
+
+    assert e.value.render(cli_name).endswith("(--overwrite starts again)")  # as the CLI says it
     assert "max_length" in str(e.value)
     assert out.read_bytes() == before, "a refused resume must leave the file alone"
     assert len(read_rows(out)) == first
@@ -686,7 +689,7 @@ def test_cli_three_label_classifier(cli_refusals):
 
 def test_cli_device_cuda_without_cuda(cli_refusals):
     r = cli_refusals["cuda"]
-    assert_one_error_line(r.run, "--device cuda", "no CUDA device")
+    assert_one_error_line(r.run, "device: cuda asked for", "no CUDA device", "(--device cpu runs without one)")
     assert not r.out.exists()
 
 

@@ -21,8 +21,8 @@ import orjson
 
 from cheems.records import CheemsInputError
 
-__all__ = ["MAX_JSON_DEPTH", "STORAGE_FAILURES", "WRITE_ERRORS", "ResumableJsonl", "atomic_open", "check_input_file",
-           "check_output_folder", "check_outputs", "files_fingerprint", "gc_paused", "glob_escape",
+__all__ = ["MAX_JSON_DEPTH", "OVERWRITE_AGAIN", "STORAGE_FAILURES", "WRITE_ERRORS", "ResumableJsonl", "atomic_open",
+           "check_input_file", "check_output_folder", "check_outputs", "files_fingerprint", "gc_paused", "glob_escape",
            "json_value_problem", "outputs_together", "process_alive", "read_text_file", "read_yaml_mapping",
            "remove_stale_temps", "same_file", "sidecar", "storage_failure", "temp_name", "write_error", "write_json", "write_jsonl",
            "writes_into"]
@@ -390,7 +390,8 @@ def outputs_together(*paths: str | os.PathLike | None) -> Iterator[list[Path | N
             named = {str(t): str(f) for t, f in zip(temps, finals) if t is not None}
             if e.file not in named:
                 raise
-            raise CheemsInputError(e.message, file=named[e.file], line=e.line, field=e.field) from None
+            raise CheemsInputError(e.message, file=named[e.file], line=e.line, field=e.field,
+                                   remedy=e.remedy) from None
         except OSError as e:
             final = next((f for t, f in zip(temps, finals) if t is not None and str(t) == e.filename), None)
             if final is None or e.errno not in WRITE_ERRORS:
@@ -489,6 +490,10 @@ def _check_yaml_size(root, path: Path) -> None:
                     stack.append((child, depth + 1))
 
 
+OVERWRITE_AGAIN = ("overwrite", "{} starts again")
+"""The remedy of a resumable file that cannot be resumed (a :class:`~cheems.records.CheemsInputError`'s)."""
+
+
 class ResumableJsonl:
     """A JSONL file that a long job appends to as it goes, and picks up after a crash.
 
@@ -532,14 +537,14 @@ class ResumableJsonl:
             try:
                 old = orjson.loads(meta_path.read_bytes())
             except (OSError, orjson.JSONDecodeError) as e:
-                raise CheemsInputError(f"cannot read the record of how it was made ({e}); use --overwrite to "
-                                       "start again", file=str(meta_path)) from None
+                raise CheemsInputError(f"cannot read the record of how it was made ({e})", file=str(meta_path),
+                                       remedy=OVERWRITE_AGAIN) from None
             if not isinstance(old, dict):
-                raise CheemsInputError("the record of how it was made is not a JSON object; use --overwrite "
-                                       "to start again", file=str(meta_path))
+                raise CheemsInputError("the record of how it was made is not a JSON object", file=str(meta_path),
+                                       remedy=OVERWRITE_AGAIN)
         if old != meta:
-            raise CheemsInputError("exists and was written with other settings "
-                                   f"({_meta_diff(old, meta)}); use --overwrite to start again", file=str(path))
+            raise CheemsInputError(f"exists and was written with other settings ({_meta_diff(old, meta)})",
+                                   file=str(path), remedy=OVERWRITE_AGAIN)
 
     def _read_and_repair(self) -> list[dict]:
         data = self.path.read_bytes()

@@ -15,11 +15,11 @@ from typing import Any, Collection, Hashable, Iterable, Iterator, Mapping, Seque
 
 import orjson
 
-__all__ = ["LABELS", "ROLES", "UNCATEGORISED", "CheemsInputError", "Comparison", "Message", "Prompt", "PromptText", "Response",
-           "check_chat_message", "check_comparison", "check_comparisons", "check_known_response",
-           "check_prompt_text", "check_rank", "identical_responses", "is_integer", "is_number", "main_category_of", "preference_pairs",
-           "prompt_id", "prompt_key", "rank_comparisons", "ranked_pairs", "ranking_levels", "response_id",
-           "triple_comparisons", "validate_prompt"]
+__all__ = ["LABELS", "ROLES", "UNCATEGORISED", "CheemsInputError", "Comparison", "Message", "Notice", "Prompt",
+           "PromptText", "Response", "Setting", "check_chat_message", "check_comparison", "check_comparisons",
+           "check_known_response", "check_prompt_text", "check_rank", "identical_responses", "is_integer",
+           "is_number", "main_category_of", "preference_pairs", "prompt_id", "prompt_key", "rank_comparisons",
+           "ranked_pairs", "ranking_levels", "response_id", "triple_comparisons", "validate_prompt"]
 
 LABELS = ("g", "b", "s")
 """Comparison labels: ``g`` = a is better, ``b`` = b is better, ``s`` = same quality."""
@@ -37,7 +37,7 @@ class CheemsInputError(ValueError):
     ``bench.jsonl:12: responses[3].id: duplicate response id 'r2'``.
 
     ``remedy`` names the setting that would change the outcome, in the library's own words:
-    ``(setting, text)`` where ``text`` holds ``{}`` for the setting's name, so that
+    ``(setting, text)`` where each ``{}`` in ``text`` stands for the setting's name, so that
     ``CheemsInputError("output exists: a.jsonl", remedy=("overwrite", "{} replaces it"))`` reads
     ``output exists: a.jsonl ({} replaces it)`` with ``overwrite`` in Python and ``--overwrite``
     at the command line (:meth:`render` with the CLI's names; the library never names a flag).
@@ -70,11 +70,33 @@ class CheemsInputError(ValueError):
         tail = ""
         if self.remedy is not None:
             setting, text = self.remedy
-            tail = " (" + text.replace("{}", name_of(setting) if name_of else setting, 1) + ")"
-        return f"{where}{what}{self.message}{tail}"
+            tail = " (" + text.replace("{}", name_of(setting) if name_of else setting) + ")"
+        message = self.message.render(name_of or str) if isinstance(self.message, Notice) else self.message
+        return f"{where}{what}{message}{tail}"
 
     def __str__(self) -> str:
         return self.render()
+
+
+class Setting(str):
+    """A setting's name inside a :class:`Notice`: the CLI shows it as its flag."""
+
+
+class Notice(str):
+    """A note for the user (``notify``) in the library's words that names settings: built from
+    pieces, each a text or a :class:`Setting`. As a ``str`` it reads with the settings' own
+    names (``epochs 3``); :meth:`render` names them another way, as the CLI does with its flags
+    (``--epochs 3``)."""
+
+    pieces: tuple[str, ...]
+
+    def __new__(cls, *pieces: str) -> "Notice":
+        notice = super().__new__(cls, "".join(pieces))
+        notice.pieces = pieces
+        return notice
+
+    def render(self, name_of) -> str:
+        return "".join(name_of(p) if isinstance(p, Setting) else p for p in self.pieces)
 
 
 @dataclass(slots=True)

@@ -284,16 +284,17 @@ def settings_from_mapping(cls, data: dict, *, file: str | None = None, prefix: s
         raise CheemsInputError(e.message, file=file, field=f"{prefix}{e.field}" if e.field else None) from None
 
 
-def flag_help(cls, name: str) -> str:
+def flag_help(cls, name: str, help: str | None = None, default: Any = _NO_DEFAULT) -> str:
     """The help text of setting ``name`` of ``cls`` with its default, for a command-line flag:
-    ``"Passes over the data (default 2)."``."""
+    ``"Passes over the data (default 2)."``. ``help`` and ``default`` word it for one command
+    (what *its* output is, its own default) in place of the field's."""
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
     meta = f.metadata
-    text = meta["help"].rstrip(".")
-    if meta.get("default_text"):
+    text = (help or meta["help"]).rstrip(".")
+    if default is _NO_DEFAULT and meta.get("default_text"):
         return f"{text} (default: {meta['default_text']})."
-    if f.default is dataclasses.MISSING or f.default is False or f.default is None:  # nothing to show
+    d = f.default if default is _NO_DEFAULT else default
+    if d is dataclasses.MISSING or d is False or d is None:  # nothing to show
         return text + "."
-    d = f.default
     shown = ("on" if d else "off") if isinstance(d, bool) else ",".join(d) if isinstance(d, tuple) else _fmt(d)
     return f"{text} (default {shown})."

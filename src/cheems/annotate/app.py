@@ -67,7 +67,7 @@ def create_app(db_url: str, settings: WorkflowSettings = WorkflowSettings(), *, 
     engine = make_engine(db_url)
     if not schema_is_current(engine):
         raise CheemsInputError("the database is not initialised (or is an older schema): run "
-                               "`cheems annotate init --db ...` first", field="--db")
+                               "`cheems annotate init` on it first", field="db")
     app = FastAPI(title="cheems annotate", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.engine = engine
     app.state.secure_cookies = secure_cookies

@@ -46,7 +46,8 @@ def add_user(session: Session, name: str, role: str, password: str, categories: 
     if not name or len(name) > 100:
         raise CheemsInputError("a user name of 1 to 100 characters is needed", field="NAME")
     if role not in ROLES:
-        raise CheemsInputError(f"unknown role {role!r} (use {', '.join(ROLES)})", field="--role")
+        raise CheemsInputError(f"unknown role {role!r}", field="role",
+                               remedy=("role", f"{{}} is one of {', '.join(ROLES)}"))
     if not password:
         raise CheemsInputError("the password is empty", field="password")
     where = find_study(session, study)

@@ -168,12 +168,12 @@ class ReviewItem(Base):
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` (a SQLAlchemy URL): SQLite files get WAL, a 30 s busy timeout, full
     sync and ``BEGIN IMMEDIATE`` transactions; ``postgresql://`` uses psycopg 3. A malformed URL or
-    a missing driver is a CheemsInputError naming ``--db``."""
+    a missing driver is a CheemsInputError naming the field ``db``."""
     try:
         parsed = make_url(url)
     except ArgumentError:
         raise CheemsInputError(f"not a database URL: {url!r} (e.g. sqlite:///annotations.db or "
-                               "postgresql://user@host/db)", field="--db") from None
+                               "postgresql://user@host/db)", field="db") from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     try:
@@ -182,7 +182,7 @@ def make_engine(url: str) -> Engine:
         return create_engine(parsed, pool_size=20, max_overflow=20, pool_pre_ping=True)
     except (NoSuchModuleError, ImportError) as e:
         raise CheemsInputError(f"no driver for {parsed.drivername} ({e}); PostgreSQL needs "
-                               "psycopg: `pip install 'cheems[annotate]'`", field="--db") from None
+                               "psycopg: `pip install 'cheems[annotate]'`", field="db") from None
 
 
 def _sqlite_engine(parsed) -> Engine:
@@ -190,7 +190,7 @@ def _sqlite_engine(parsed) -> Engine:
     if database and database != ":memory:":
         folder = Path(database).expanduser().resolve().parent
         if not folder.is_dir():
-            raise CheemsInputError(f"the folder of the database file does not exist: {folder}", field="--db")
+            raise CheemsInputError(f"the folder of the database file does not exist: {folder}", field="db")
     engine = create_engine(parsed, pool_size=20, max_overflow=20,
                            connect_args={"check_same_thread": False, "timeout": 30, "isolation_level": None})
 

@@ -1,7 +1,8 @@
 """The settings of the annotation server, declared once: the flags of `cheems annotate serve`.
 
 :class:`WorkflowSettings` are the knobs of the protocol (agreement, review, hand-out);
-:class:`ServerSettings` where and how the web app listens. Both are checked when built
+:class:`ServerSettings` where and how the web app listens; :class:`DatabaseSettings` the database
+and study every `cheems annotate` command works on. Both are checked when built
 (:func:`cheems.settings.check_settings`), whoever builds them. The standard library only: the
 CLI builds its flags from these classes without the ``[annotate]`` extra installed.
 """
@@ -12,7 +13,19 @@ from dataclasses import dataclass
 
 from cheems.settings import check_settings, setting
 
-__all__ = ["ServerSettings", "WorkflowSettings"]
+__all__ = ["DatabaseSettings", "ServerSettings", "WorkflowSettings"]
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """Which database, and which study in it, a command works on."""
+
+    db: str | None = setting(None, nonempty=True, default_text="$CHEEMS_ANNOTATE_DB, else sqlite:///annotations.db",
+                             help="SQLAlchemy URL of the database")
+    study: str = setting("default", nonempty=True, help="The study (project) in the database to work on")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 @dataclass(frozen=True)

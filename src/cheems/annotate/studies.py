@@ -35,12 +35,12 @@ class Member:
 
 
 def find_study(session: Session, name: str) -> Study:
-    """The study called ``name``; an unknown name is a CheemsInputError naming ``--study``."""
+    """The study called ``name``; an unknown name is a CheemsInputError naming the field ``study``."""
     study = session.scalar(select(Study).where(Study.name == name)) if isinstance(name, str) else None
     if study is None:
         known = ", ".join(session.scalars(select(Study.name).order_by(Study.name))) or "none"
-        raise CheemsInputError(f"no study {name!r} in the database (studies: {known}); add one with "
-                               "`cheems annotate study add`", field="--study")
+        raise CheemsInputError(f"no study {name!r} in the database; add one with `cheems annotate study add`",
+                               field="study", remedy=("study", f"{{}} is one of: {known}"))
     return study
 
 

@@ -69,7 +69,7 @@ def import_prompts(session: Session, prompts: list[Prompt], *, overlap: int = 2,
     with two planted review answers. A prompt already imported with the same content is skipped;
     one with the same id and other content is an error. Returns counts; commits."""
     if overlap < 1:
-        raise CheemsInputError(f"overlap must be at least 1, got {overlap}", field="--overlap")
+        raise CheemsInputError(f"overlap must be at least 1, got {overlap}", field="overlap")
     sid = find_study(session, study).id
     rng = random.Random(seed)
     position = session.scalar(select(func.count()).select_from(PromptRow).where(PromptRow.study_id == sid)) or 0

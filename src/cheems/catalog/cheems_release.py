@@ -89,7 +89,7 @@ CHEEMS_BENCH = Entry(
     size="~2.5k prompts x ~5", convert=convert_bench,
     columns=("input", "responses", "rank", "category"),
     description="The Cheems benchmark: Chinese prompts with several responses ranked by human triple-wise "
-                "annotation (ties kept). Split `open` (open-source prompts, the default) or `--split human` "
+                "annotation (ties kept). Split `open` (open-source prompts, the default) or split `human` "
                 "(human-written prompts); each row's subset is its split.",
     splits=("open", "human"), split="open", revision=CHEEMS_REVISION, loader="lfs",
     files={"open": {"path": "data/cheems_bench/open.jsonl",

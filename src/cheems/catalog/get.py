@@ -30,15 +30,15 @@ from cheems.catalog.hub import HUB_ID, HubRows, NoHubAccess, mirror_source, open
 from cheems.catalog.registry import CATALOG, entry_for_hub_id, find_entry
 from cheems.records import CheemsInputError, Prompt, identical_responses, validate_prompt
 
-__all__ = ["CONVERTER_VERSION", "SKIP_INVALID_NOTE", "DataSpec", "generic_entry", "get_dataset", "iter_converted",
+__all__ = ["CONVERTER_VERSION", "SKIP_INVALID", "DataSpec", "generic_entry", "get_dataset", "iter_converted",
            "licence_notice", "parse_spec", "remember_licence_shown", "resolve_data", "resolve_data_paths",
            "source_files"]
 
 CONVERTER_VERSION = 1
 """Bumped when a conversion changes, so converted files cached under an older one are made again."""
 
-SKIP_INVALID_NOTE = "--skip-invalid leaves such rows out and counts them"
-"""What the error of a row that cannot be converted says of ``skip_invalid`` (`data get --skip-invalid`)."""
+SKIP_INVALID = ("skip_invalid", "{} leaves such rows out and counts them")
+"""The remedy the error of a row that cannot be converted names: ``skip_invalid``."""
 
 Progress = Callable[[int, "int | None"], None]
 Notify = Callable[[str], None]
@@ -111,18 +111,18 @@ def _checked(spec: DataSpec, split: str | None, config: str | None, option: str 
     config = config or spec.config or entry.config
     option = option or spec.option
     if entry.option is None and option is not None:
-        raise CheemsInputError(f"{entry.name} takes no option (got {option!r})", field="--option")
+        raise CheemsInputError(f"{entry.name} takes no option (got {option!r})", field="option")
     if entry.option is not None:
         option = option or entry.option.default
         if option not in entry.option.choices:
             raise CheemsInputError(f"{entry.name}: {entry.option.name} must be one of "
-                                   f"{', '.join(entry.option.choices)}, got {option!r}", field="--option")
+                                   f"{', '.join(entry.option.choices)}, got {option!r}", field="option")
     if entry.loader == "lfs" and split not in entry.files:
         raise CheemsInputError(f"{entry.name} has no split {split!r}; splits: {', '.join(entry.files)}",
-                               field="--split")
+                               field="split")
     if entry.configs and config is not None and config not in entry.configs:
         raise CheemsInputError(f"{entry.name} has no config {config!r}; configs: {', '.join(entry.configs)}",
-                               field="--config")
+                               field="config")
     return split, config, option
 
 
@@ -148,7 +148,7 @@ def _release_rows(path: Path, skipped: list | None) -> Iterator[tuple[int, dict]
     except CheemsInputError as e:
         if e.line is None:  # the file, not one of its rows
             raise
-        raise CheemsInputError(f"{e.message}; {SKIP_INVALID_NOTE}", file=e.file, line=e.line, field=e.field) from None
+        raise CheemsInputError(e.message, file=e.file, line=e.line, field=e.field, remedy=SKIP_INVALID) from None
 
 
 def iter_converted(spec: str | Entry | DataSpec, *, source: str | None = None, split: str | None = None,
@@ -207,7 +207,7 @@ def _say_left_out(conv: Conversion, twins: int, notify: Notify | None) -> None:
         notify(f"note: {conv.name}@{conv.split}: left out {n} {what}")
     if twins:
         notify(f"warning: {conv.name}@{conv.split}: {twins} row(s) hold two responses of identical text (chosen "
-               "equals rejected): `eval` scores them (a tie under --ties), `train` skips their pair")
+               "equals rejected): evaluation scores them as ties (by its ties rule), training skips their pair")
 
 
 def _converted(convert, row, index: int, conv: Conversion, where: str, skip_invalid: bool,
@@ -220,8 +220,8 @@ def _converted(convert, row, index: int, conv: Conversion, where: str, skip_inva
     except CheemsInputError as e:
         located = e.located(file=f"{where}@{conv.split}", line=index + 1 if index >= 0 else None)
         if not skip_invalid:
-            raise CheemsInputError(f"{located.message}; {SKIP_INVALID_NOTE}",
-                                   file=located.file, line=located.line, field=located.field) from None
+            raise CheemsInputError(located.message, file=located.file, line=located.line, field=located.field,
+                                   remedy=SKIP_INVALID) from None
         if errors is not None:
             errors.append(located)
         return []
@@ -331,11 +331,11 @@ def resolve_data(arg: str | os.PathLike, *, progress: Progress | None = None, no
         return cached
     try:
         summary = get_dataset(spec, cached, progress=progress, notify=notify, skip_invalid=True)
-    except NoHubAccess as e:  # the command that reads the name has no --source: the mirror is the way
+    except NoHubAccess as e:  # a name read where a data file goes has no source: the mirror is the way
         raise e.for_mirror(spec.entry) from None
     if summary["skipped"] and notify is not None:
         notify(f"note: {summary['skipped']} row(s) of {arg} could not be converted and were left out "
-               f"(`cheems data get {arg} --skip-invalid -o FILE` names each)")
+               "(getting it with skip_invalid names each)")
     return cached
 
 

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 from cheems.catalog.entry import Entry
 from cheems.records import CheemsInputError
 
-__all__ = ["BATCH_ROWS", "HUB_ID", "SOURCE_ADVICE", "UNPARSED_NOTE", "HubRows", "MISSING_EXTRA", "NoHubAccess",
+__all__ = ["BATCH_ROWS", "HUB_ID", "SOURCE_REMEDY", "UNPARSED", "HubRows", "MISSING_EXTRA", "NoHubAccess",
            "first_line_not_json", "first_non_utf8_line", "mirror_advice", "mirror_source", "offline", "open_rows"]
 
 MISSING_EXTRA = "reading datasets by name needs the datasets extra: pip install 'cheems[datasets]'"
@@ -52,12 +52,12 @@ def mirror_source(hub_id: str) -> str | None:
     return str(folder) if folder.is_dir() else None
 
 
-SOURCE_ADVICE = "or point --source at a local copy"
-"""What to do when the hub cannot be read, on `cheems data get` (the command with --source)."""
+SOURCE_REMEDY = ("source", "or point {} at a local copy")
+"""What to do when the hub cannot be read, where the call takes a ``source`` (`get_dataset`)."""
 
 
 def mirror_advice(entry: Entry) -> str:
-    """What to do when the hub cannot be read, where a command has no --source (a name given
+    """What to do when the hub cannot be read, where the call takes no ``source`` (a name given
     where a data file goes): put a copy where ``$CHEEMS_HUB_MIRROR`` makes every name read it,
     naming the files the entry reads where it names them."""
     files = sorted({name for names in entry.file_names().values() for name in names})
@@ -71,17 +71,18 @@ def mirror_advice(entry: Entry) -> str:
 
 class NoHubAccess(CheemsInputError):
     """The hub could not be read (offline without a cached copy, gated, unreachable): the
-    ``reason``, then the advice to read a local copy instead. The advice names --source, the
-    flag of `cheems data get`; :meth:`for_mirror` names ``$CHEEMS_HUB_MIRROR`` instead, for the
-    commands that read a name where a data file goes and have no --source."""
+    ``reason``, then the advice to read a local copy instead: by default the remedy names the
+    setting ``source`` (:data:`SOURCE_REMEDY`); :meth:`for_mirror` advises ``$CHEEMS_HUB_MIRROR``
+    instead, for the calls that read a name where a data file goes and take no source."""
 
-    def __init__(self, reason: str, *, advice: str = SOURCE_ADVICE, file: str | None = None,
+    def __init__(self, reason: str, *, advice: str | None = None, file: str | None = None,
                  line: int | None = None, field: str | None = None):
         self.reason = reason
-        super().__init__(f"{reason}; {advice}", file=file, line=line, field=field)
+        super().__init__(f"{reason}; {advice}" if advice else reason, file=file, line=line, field=field,
+                         remedy=None if advice else SOURCE_REMEDY)
 
     def for_mirror(self, entry: Entry) -> "NoHubAccess":
-        """The same error, advising ``$CHEEMS_HUB_MIRROR`` (:func:`mirror_advice`) instead of --source."""
+        """The same error, advising ``$CHEEMS_HUB_MIRROR`` (:func:`mirror_advice`) instead of ``source``."""
         return NoHubAccess(self.reason, advice=mirror_advice(entry), file=self.file, line=self.line, field=self.field)
 
 
@@ -116,8 +117,8 @@ def open_rows(entry: Entry, *, source: str | None = None, split: str, config: st
     where = source or entry.hub_id
     local = Path(where).expanduser().is_dir()
     if source is not None and not local and not HUB_ID.fullmatch(source):
-        raise CheemsInputError("no such folder (a --source is a local folder or a hub id owner/name)",
-                               file=source)
+        raise CheemsInputError("no such folder", file=source,
+                               remedy=("source", "{} is a local folder or a hub id owner/name"))
     if local and entry.data_files is None:
         _check_one_format(entry, Path(where).expanduser(), config if entry.config_is_data_dir else None)
     stream = entry.streaming if streaming is None else streaming
@@ -254,9 +255,9 @@ def _load_error(e: Exception, entry: Entry, where: str) -> CheemsInputError:
     if name in ("DatasetNotFoundError", "FileNotFoundError", "EmptyDatasetError", "DataFilesNotFoundError"):
         return _not_found(entry, where, text)
     if "split" in lowered and ("unknown" in lowered or "should be one of" in lowered):
-        return CheemsInputError(f"{entry.name}: {text}", field="--split")
+        return CheemsInputError(f"{entry.name}: {text}", field="split")
     if "config" in lowered and ("not found" in lowered or "available" in lowered):
-        return CheemsInputError(f"{entry.name}: {text}", field="--config")
+        return CheemsInputError(f"{entry.name}: {text}", field="config")
     if name in ("ConnectionError", "ReadTimeout", "ConnectTimeout", "HTTPError") or "connection" in lowered:
         return NoHubAccess(f"{entry.name}: could not reach the hub for {where} ({text})")
     if name == "DatasetGenerationError":
@@ -280,9 +281,9 @@ def _not_found(entry: Entry, where: str, text: str) -> CheemsInputError:
     return CheemsInputError(f"{entry.name}: {where} has no {named}; {entry.name} reads {entry.layout()}")
 
 
-UNPARSED_NOTE = ("--skip-invalid leaves out rows that do not convert, not lines that do not parse (datasets reads "
-                 "each file whole): mend or delete that line")
-"""What a line that does not parse (as JSON, as a CSV row) says of --skip-invalid."""
+UNPARSED = ("skip_invalid", "{} leaves out rows that do not convert, not lines that do not parse (datasets "
+            "reads each file whole): mend or delete that line")
+"""The remedy of a line that does not parse (as JSON, as a CSV row): what ``skip_invalid`` cannot do."""
 
 
 def _not_parsed(e: Exception, entry: Entry, where: str) -> CheemsInputError:
@@ -291,11 +292,11 @@ def _not_parsed(e: Exception, entry: Entry, where: str) -> CheemsInputError:
     line)."""
     found = first_line_not_json(where)
     if found is not None:
-        return CheemsInputError(f"{found.message}; {UNPARSED_NOTE}", file=found.file, line=found.line)
+        return CheemsInputError(found.message, file=found.file, line=found.line, remedy=UNPARSED)
     cause = e.__cause__ or e.__context__ or e
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-    return CheemsInputError(f"{entry.name}: datasets could not read {where}: {type(cause).__name__}: {text}; "
-                            f"{UNPARSED_NOTE}")
+    return CheemsInputError(f"{entry.name}: datasets could not read {where}: {type(cause).__name__}: {text}",
+                            remedy=UNPARSED)
 
 
 _JSON_FILE = re.compile(r"\.(jsonl|json)(\.gz)?$", re.IGNORECASE)

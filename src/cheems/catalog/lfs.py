@@ -41,8 +41,8 @@ from cheems.io import remove_stale_temps, temp_name
 from cheems.llm.cache import cache_folder
 from cheems.records import CheemsInputError
 
-__all__ = ["CHUNK_BYTES", "LFS_MEDIA_TYPE", "POINTER_MAX_BYTES", "POINTER_VERSION", "TIMEOUT_S", "LfsPointer",
-           "fetch_release_file", "format_pointer", "parse_pointer", "release_cache_path", "repository_urls"]
+__all__ = ["CHUNK_BYTES", "LFS_MEDIA_TYPE", "OTHER_REVISION", "POINTER_MAX_BYTES", "POINTER_VERSION", "TIMEOUT_S",
+           "LfsPointer", "fetch_release_file", "format_pointer", "parse_pointer", "release_cache_path", "repository_urls"]
 
 TIMEOUT_S = 60.0
 """Seconds any one network operation (connect, a read) may take before the download fails."""
@@ -54,6 +54,8 @@ BATCH_REPLY_MAX_BYTES = 1 << 20  # the batch answer for one object is a few hund
 
 LFS_MEDIA_TYPE = "application/vnd.git-lfs+json"
 POINTER_VERSION = "version https://git-lfs.github.com/spec/v1"
+OTHER_REVISION = ("revision", "or give {} the revision it holds")
+"""The remedy of a local copy that is not the pinned revision's."""
 _KEY = re.compile(r"[a-z0-9.-]+")
 _OID = re.compile(r"sha256:([0-9a-f]{64})")
 Progress = Callable[[int, int | None], None]
@@ -197,11 +199,11 @@ def _local_file(entry: Entry, spec: dict, folder: Path, *, pinned: bool) -> Path
         size = path.stat().st_size
         if size != spec["size"]:
             raise CheemsInputError(f"holds {size} bytes, but {entry.name} at {entry.revision} has {spec['size']}; "
-                                   "check out that revision or pass --revision", file=str(path))
+                                   "check out that revision", file=str(path), remedy=OTHER_REVISION)
         digest = _file_sha256(path)
         if digest != spec["sha256"]:
             raise CheemsInputError(f"sha256 {digest} is not the pinned {spec['sha256']} of {entry.name} at "
-                                   f"{entry.revision}; check out that revision or pass --revision", file=str(path))
+                                   f"{entry.revision}; check out that revision", file=str(path), remedy=OTHER_REVISION)
     return path
 
 

@@ -14,10 +14,11 @@ from typing import Optional
 import typer
 
 import cheems
-from cheems.annotate.settings import ServerSettings, WorkflowSettings
+from cheems.annotate.settings import DatabaseSettings, ServerSettings, WorkflowSettings
 from cheems.cli.app import app
 from cheems.cli.console import data_paths, out, print_skipped, reports_input_errors
 from cheems.cli.flags import build_settings, settings_flags
+from cheems.common_settings import ExtraOutputs, OutputSettings, ReadSettings, StatisticsSettings
 from cheems.records import CheemsInputError
 
 __all__ = ["annotate_app"]
@@ -25,16 +26,10 @@ __all__ = ["annotate_app"]
 annotate_app = typer.Typer(no_args_is_help=True, help="The CheemsBench human annotation protocol as a web app "
                            "(paper §3.2): triple-wise tasks, double-blind overlap, alignment, review, export.")
 
-DB_HELP = "SQLAlchemy URL of the database (default $CHEEMS_ANNOTATE_DB, else sqlite:///annotations.db)."
-STUDY_HELP = "The study (project) in the database to work on."
 
 study_app = typer.Typer(no_args_is_help=True, help="Studies: several annotation projects in one database, each "
                         "with its own prompts, tasks, roles, workflow settings and export.")
 annotate_app.add_typer(study_app, name="study")
-
-
-def _study_option():
-    return typer.Option("default", "--study", help=STUDY_HELP)
 
 
 def _db_as_flag(fn):
@@ -55,23 +50,24 @@ def _db_as_flag(fn):
 @annotate_app.command("init")
 @reports_input_errors
 @_db_as_flag
-def init(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+@settings_flags(DatabaseSettings, into="db_flags", only=("db",))
+def init(db_flags: dict = None):
     """Create (or upgrade) the database schema."""
-    done = cheems.annotate_init(db)
+    done = cheems.annotate_init(build_settings(DatabaseSettings, db_flags).db)
     out.print(f"database ready: {done['database']} (schema {done['schema']})")
 
 
 @annotate_app.command("add-user")
 @reports_input_errors
 @_db_as_flag
+@settings_flags(DatabaseSettings, into="db_flags")
 def add_user(name: str = typer.Argument(..., help="Login name."),
              role: str = typer.Option("annotator", "--role", help="annotator, reviewer or admin."),
              categories: Optional[str] = typer.Option(None, "--categories",
                                                       help="Comma-separated main categories of expertise "
                                                            "(their tasks come first), e.g. 数学,代码."),
              password_stdin: bool = typer.Option(False, "--password-stdin", help="Read the password from stdin."),
-             study: str = _study_option(),
-             db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+             db_flags: dict = None):
     """Add an account with its role in a study, or give an existing account (with its own password)
     a role in another study (the password is asked twice on a terminal, or read from stdin)."""
     def password() -> str:  # asked once the database is open
@@ -80,7 +76,8 @@ def add_user(name: str = typer.Argument(..., help="Login name."),
         return typer.prompt("password", hide_input=True, confirmation_prompt=True)
 
     cats = [c.strip() for c in (categories or "").replace("，", ",").split(",") if c.strip()]
-    user = cheems.annotate_add_user(name, password, role=role, categories=cats, study=study, db=db)
+    where = build_settings(DatabaseSettings, db_flags)
+    user = cheems.annotate_add_user(name, password, role=role, categories=cats, study=where.study, db=where.db)
     out.print(f"added {user.role} {user.name}" + (f" ({', '.join(cats)})" if cats else "")
               + (f" in study {user.study}" if user.study != "default" else ""))
 
@@ -88,18 +85,21 @@ def add_user(name: str = typer.Argument(..., help="Login name."),
 @annotate_app.command("import")
 @reports_input_errors
 @_db_as_flag
+@settings_flags(DatabaseSettings, into="db_flags")
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid", "format"))
+@settings_flags(StatisticsSettings, into="stats_flags", only=("seed",), helps={"seed": "Where gold tasks land in "
+                                                                                       "the queue"})
 def import_file(file: Path = typer.Argument(..., help="Prompts with responses, in any format cheems reads."),
                 overlap: int = typer.Option(2, "--overlap", help="Annotators per task."),
                 gold: Optional[Path] = typer.Option(None, "--gold", help="Ranked prompts with known answers, "
                                                     "mixed into the annotation and review streams."),
-                fmt: Optional[str] = typer.Option(None, "--format", help="Force one row format."),
-                skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
-                seed: int = typer.Option(0, "--seed", help="Where gold tasks land in the queue."),
-                study: str = _study_option(),
-                db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+                db_flags: dict = None, read_flags: dict = None, stats_flags: dict = None):
     """Turn every prompt into its triple-wise tasks (as `cheems tasks`), keeping id, category and subset."""
-    counts = cheems.annotate_import(data_paths(file), overlap=overlap, gold=data_paths(gold), fmt=fmt,
-                                    skip_invalid=skip_invalid, seed=seed, study=study, db=db)
+    where, read = build_settings(DatabaseSettings, db_flags), build_settings(ReadSettings, read_flags)
+    counts = cheems.annotate_import(data_paths(file), overlap=overlap, gold=data_paths(gold), fmt=read.format,
+                                    skip_invalid=read.skip_invalid, seed=build_settings(StatisticsSettings,
+                                                                                        stats_flags).seed,
+                                    study=where.study, db=where.db)
     print_skipped(counts["errors"])
     out.print(f"imported {counts['prompts']} prompts ({counts['tasks']} tasks, overlap {overlap})"
               + (f", {counts['gold_prompts']} gold prompts ({counts['gold_tasks']} tasks)" if gold else "")
@@ -112,8 +112,8 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
 @settings_flags(ServerSettings, into="server_flags")
 @settings_flags(WorkflowSettings, into="workflow_flags", exclude=("agreement_window",),
                 names={"claim_timeout_s": "--claim-timeout"})
-def serve(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow_flags: dict = None,
-          server_flags: dict = None):
+@settings_flags(DatabaseSettings, into="db_flags", only=("db",))
+def serve(db_flags: dict = None, workflow_flags: dict = None, server_flags: dict = None):
     """Run the web app for every study: annotators at http://HOST:PORT/, the dashboard at /dashboard.
 
     The workflow flags hold in the study ``default``; every other study runs on the settings
@@ -123,6 +123,7 @@ def serve(db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow
     milliseconds, user id) to stderr."""
     workflow = build_settings(WorkflowSettings, workflow_flags)
     server = build_settings(ServerSettings, server_flags)
+    db = build_settings(DatabaseSettings, db_flags).db
     cheems.annotate_serve(db, workflow, server, on_ready=_say_ready, log=sys.stderr)
 
 
@@ -135,11 +136,12 @@ def _say_ready(r: dict) -> None:
 @annotate_app.command("status")
 @reports_input_errors
 @_db_as_flag
+@settings_flags(DatabaseSettings, into="db_flags")
 def status(as_json: bool = typer.Option(False, "--json", help="Print the dashboard numbers as JSON."),
-           study: str = _study_option(),
-           db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+           db_flags: dict = None):
     """Progress, agreement, gold accuracy and bias of one study: the numbers of the dashboard."""
-    st = cheems.annotate_status(study, db)
+    where = build_settings(DatabaseSettings, db_flags)
+    st = cheems.annotate_status(where.study, where.db)
     if as_json:
         out.print_json(json.dumps(st, ensure_ascii=False))
         return
@@ -166,14 +168,16 @@ def _alpha(a: dict) -> str:
 @annotate_app.command("export")
 @reports_input_errors
 @_db_as_flag
-def export(output: Path = typer.Option(..., "-o", "--output", help="Benchmark file (JSONL) for `cheems eval`."),
-           raw: Optional[Path] = typer.Option(None, "--raw", help="Every answer with annotator, time, shown order, "
-                                              "scores, pairs, spans and review verdicts."),
-           report: Optional[Path] = typer.Option(None, "--report", help="Conflict statistics (JSON)."),
-           study: str = _study_option(),
-           db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+@settings_flags(DatabaseSettings, into="db_flags")
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Benchmark file (JSONL) for `cheems eval`"})
+@settings_flags(ExtraOutputs, into="extra_flags", only=("raw", "report"),
+                helps={"report": "Conflict statistics (JSON)"})
+def export(db_flags: dict = None, out_flags: dict = None, extra_flags: dict = None):
     """One study's standing answers of settled tasks -> comparisons -> conflict resolution -> a ranked benchmark."""
-    result = cheems.annotate_export(output, raw=raw, report=report, study=study, db=db)
+    where, output = build_settings(DatabaseSettings, db_flags), build_settings(OutputSettings, out_flags).output
+    raw, report = extra_flags.get("raw"), extra_flags.get("report")
+    result = cheems.annotate_export(output, raw=raw, report=report, study=where.study, db=where.db)
     total = result["conflicts"].get("total", {})
     out.print(f"wrote {result['prompts']} ranked prompts -> {output}"
               + (f" (conflict ratio {total['conflict_ratio']:.3f})" if total else "")
@@ -187,21 +191,23 @@ def export(output: Path = typer.Option(..., "-o", "--output", help="Benchmark fi
 @_db_as_flag
 @settings_flags(WorkflowSettings, into="workflow_flags", exclude=("agreement_window",),
                 names={"claim_timeout_s": "--claim-timeout"})
-def study_add(name: str = typer.Argument(..., help="Name of the new study."),
-              db: Optional[str] = typer.Option(None, "--db", help=DB_HELP), workflow_flags: dict = None):
+@settings_flags(DatabaseSettings, into="db_flags", only=("db",))
+def study_add(name: str = typer.Argument(..., help="Name of the new study."), db_flags: dict = None,
+              workflow_flags: dict = None):
     """Add an empty study, with the workflow settings it runs on under `serve`."""
     settings = build_settings(WorkflowSettings, workflow_flags)
-    study = cheems.annotate_add_study(name, settings, db)
+    study = cheems.annotate_add_study(name, settings, build_settings(DatabaseSettings, db_flags).db)
     out.print(f"added study {study.name}")
 
 
 @study_app.command("list")
 @reports_input_errors
 @_db_as_flag
+@settings_flags(DatabaseSettings, into="db_flags", only=("db",))
 def study_list(as_json: bool = typer.Option(False, "--json", help="Print the studies as JSON."),
-               db: Optional[str] = typer.Option(None, "--db", help=DB_HELP)):
+               db_flags: dict = None):
     """The studies in the database, with their prompts, tasks and members."""
-    studies = cheems.annotate_list_studies(db)
+    studies = cheems.annotate_list_studies(build_settings(DatabaseSettings, db_flags).db)
     if as_json:
         out.print_json(json.dumps(studies, ensure_ascii=False))
         return

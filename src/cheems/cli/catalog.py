@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import typer
 
 import cheems
 from cheems.cli.app import app
-from cheems.cli.console import err, out, print_skipped, progress, reports_input_errors
+from cheems.cli.console import out, print_skipped, progress, reports_input_errors, say
+from cheems.cli.flags import build_settings, settings_flags
+from cheems.common_settings import OutputSettings, ReadSettings
 
 __all__ = ["data_app", "get", "info", "list_entries"]
 
@@ -56,8 +57,11 @@ def info(name: str = typer.Argument(..., help="A catalogue name (see `cheems dat
 
 @data_app.command()
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "The cheems JSONL file to write"})
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid",),
+                helps={"skip_invalid": "Skip rows that cannot be converted"})
 def get(name: str = typer.Argument(..., help="A catalogue name or hf:OWNER/NAME[:CONFIG][@SPLIT]."),
-        output: Path = typer.Option(..., "-o", "--output", help="The cheems JSONL file to write."),
         split: Optional[str] = typer.Option(None, "--split", help="The split to read (default: the entry's)."),
         config: Optional[str] = typer.Option(None, "--config", help="The hub config (or folder) to read."),
         option: Optional[str] = typer.Option(None, "--option", help="The entry's option (see `cheems data info`)."),
@@ -66,12 +70,13 @@ def get(name: str = typer.Argument(..., help="A catalogue name or hf:OWNER/NAME[
         limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Stop after this many rows."),
         source: Optional[str] = typer.Option(None, "--source", help="Read a local folder laid out like the hub "
                                              "repository, or another hub id with the same schema."),
-        skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip rows that cannot be converted.")):
+        out_flags: dict = None, read_flags: dict = None):
     """Download a dataset (once, into the datasets cache) and convert it to cheems rows."""
+    output, skip_invalid = build_settings(OutputSettings, out_flags).output, read_flags.get("skip_invalid", False)
     with progress(f"converting {name}") as bar:
         summary = cheems.load_dataset(name, output, split=split, config=config, option=option, revision=revision,
                                       limit=limit, source=source, skip_invalid=skip_invalid, progress=bar,
-                                      notify=lambda line: err.print(line, soft_wrap=True))
+                                      notify=say)
     print_skipped(summary["errors"])
     rate = summary["rows"] / summary["seconds"] if summary["seconds"] > 0 else 0.0
     out.print(f"wrote {summary['rows']} rows -> {output} ({rate:,.0f} rows/s)")

@@ -11,10 +11,10 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from cheems.records import CheemsInputError
+from cheems.records import CheemsInputError, Notice
 
 __all__ = ["EXIT_BAD_INPUT", "data_paths", "err", "fmt", "judge_backend_for", "out", "print_reworded", "print_skipped",
-           "progress", "refuse_no_rows", "reports_input_errors"]
+           "progress", "refuse_no_rows", "reports_input_errors", "say"]
 
 # markup and emoji codes off: file names and messages may contain [brackets] and ":100:"
 # (a line number) that rich would turn into markup or an emoji; colour goes through style=
@@ -27,7 +27,9 @@ EXIT_BAD_INPUT = 2
 
 
 def reports_input_errors(fn):
-    """Turn CheemsInputError into one readable line on stderr and exit code 2."""
+    """Turn CheemsInputError into one readable line on stderr and exit code 2, naming the
+    settings it mentions by this command's flags (:func:`cli_name`)."""
+    command = f"{fn.__module__}.{fn.__qualname__}"
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -35,22 +37,34 @@ def reports_input_errors(fn):
             return fn(*args, **kwargs)
         except CheemsInputError as e:
             err.print("error:", style="bold red", end=" ")
-            err.print(e.render(cli_name), soft_wrap=True)
+            err.print(e.render(functools.partial(cli_name, command=command)), soft_wrap=True)
             raise typer.Exit(EXIT_BAD_INPUT) from None
 
     return wrapper
 
 
-def cli_name(setting: str) -> str:
-    """The flag that sets ``setting`` (a settings field), for the remedy of a library error:
-    the name a generated option gives it, else ``--`` and the name with dashes."""
+CLI_SPELLING = {"baseline": "--scorer", "n_bootstrap": "--bootstrap", "fmt": "--format"}
+"""Keyword arguments of the Python calls whose flag is spelled another way."""
+
+
+def cli_name(setting: str, command: str | None = None) -> str:
+    """The flag that sets ``setting`` (a settings field) where a library error or note names it:
+    the flag ``command`` (a command function's module and name, as in ``FLAGS_OF``) gives it,
+    else the flag any command gives it, else ``--`` and the name with dashes."""
     from cheems.cli.flags import FLAGS_OF, flag_name
 
-    for specs in FLAGS_OF.values():
+    if setting in CLI_SPELLING:
+        return CLI_SPELLING[setting]
+    for specs in ([FLAGS_OF.get(command, [])] if command else []) + list(FLAGS_OF.values()):
         for spec in specs:
             if spec.field == setting:
                 return spec.flag
     return flag_name(setting)
+
+
+def say(line: str, style: str | None = None) -> None:
+    """Print a library note (``notify``) on stderr, its settings named by their flags."""
+    err.print(line.render(cli_name) if isinstance(line, Notice) else line, style=style, soft_wrap=True)
 
 
 def print_skipped(errors: list[CheemsInputError], limit: int = 10) -> None:
@@ -115,7 +129,7 @@ def data_paths(paths):
             resolved.append(p)
             continue
         with progress(f"reading {p}") as bar:
-            resolved.append(resolve_data(p, progress=bar, notify=lambda line: err.print(line, soft_wrap=True)))
+            resolved.append(resolve_data(p, progress=bar, notify=say))
     return resolved
 
 

@@ -11,9 +11,11 @@ import typer
 
 import cheems
 from cheems.cli.app import app
-from cheems.cli.console import (data_paths, err, fmt, judge_backend_for, out, print_skipped, progress,
-                                refuse_no_rows, reports_input_errors)
+from cheems.cli.console import (data_paths, err, fmt, judge_backend_for, out, print_skipped, progress, refuse_no_rows,
+                                reports_input_errors, say)
 from cheems.cli.flags import build_settings, settings_flags
+from cheems.common_settings import (ConfigFile, ExtraOutputs, OutputSettings, ReadSettings, ScorerSettings,
+                                    StatisticsSettings, TruncationSettings)
 from cheems.curation.filters import FilterConfig
 from cheems.curation.sample import SampleConfig
 from cheems.curation.stages import ResolveSettings
@@ -44,14 +46,19 @@ def _done(report: dict, what: str) -> None:
 @reports_input_errors
 @settings_flags(SampleConfig, into="sample_flags", only=("concurrency", "seed", "max_reply_bytes", "cache_path"),
                 names={"cache_path": "--cache"})
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Prompts with their sampled responses (JSONL)"})
+@settings_flags(ConfigFile, into="config_flags",
+                helps={"config": CONFIG_HELP + " The 'sample' section lists the models (required)"})
 def sample(
     prompts: List[Path] = typer.Argument(..., help="Prompt rows (JSONL with 'prompt'; responses are ignored)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Prompts with their sampled responses (JSONL)."),
-    config: Path = typer.Option(..., "--config", help=CONFIG_HELP + " The 'sample' section lists the models."),
-    sample_flags: dict = None,
+    sample_flags: dict = None, out_flags: dict = None, config_flags: dict = None,
 ):
     """Collect k responses per prompt from every model of the config; each response records its
     model. Prompts whose every request failed go to OUT.failed.jsonl."""
+    output, config = build_settings(OutputSettings, out_flags).output, config_flags.get("config")
+    if config is None:
+        raise CheemsInputError("missing --config (the pipeline YAML whose 'sample' section lists the models)")
     prompts = data_paths(prompts)
     from cheems.curation.stages import stage_settings
 
@@ -69,14 +76,16 @@ def sample(
 @reports_input_errors
 @settings_flags(FilterConfig, into="filter_flags", only=("rules", "max_chars", "max_non_chinese_ratio",
                                                          "near_duplicate_threshold", "min_responses"))
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Prompts with the responses that pass"})
+@settings_flags(ConfigFile, into="config_flags", helps={"config": CONFIG_HELP})
 def filter_(
     inputs: List[Path] = typer.Argument(..., help="Prompts with responses."),
-    output: Path = typer.Option(..., "-o", "--output", help="Prompts with the responses that pass."),
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
-    filter_flags: dict = None,
+    filter_flags: dict = None, out_flags: dict = None, config_flags: dict = None,
 ):
     """Rule filters of §4.1 (high recall): empty, garbled, repeated, non-Chinese, truncated, too
     long, length outliers, duplicates. Removed responses go to OUT.removed.jsonl with the rule."""
+    output, config = build_settings(OutputSettings, out_flags).output, config_flags.get("config")
     inputs = data_paths(inputs)
     from cheems.curation.stages import stage_settings
 
@@ -102,27 +111,31 @@ LOCAL_JUDGE_RUN = ("backend", "device", "dtype", "max_length", "batch_size", "to
 @settings_flags(JudgeModelSettings, into="local_flags", only=("language", "ties"), when="--judge-model",
                 names={"language": "--judge-language", "ties": "--judge-ties"})
 @settings_flags(ModelSettings, into="model_flags", only=LOCAL_JUDGE_RUN, when="--judge-model")
+@settings_flags(ModelSettings, into="code_flags", only=("trust_remote_code",))
+@settings_flags(ScorerSettings, into="scorer_flags", only=("judge_model", "judge_backend"),
+                helps={"judge_model": "Judge with this local causal LM folder instead of an API: each pair by its "
+                       "verdict probabilities, averaged over both orders (resumable from OUT.verdicts.jsonl)",
+                       "judge_backend": "api or vllm (GPU, offline)"})
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "The same prompts with the judge's comparisons"})
+@settings_flags(ConfigFile, into="config_flags", helps={"config": CONFIG_HELP})
 def judge(
     inputs: List[Path] = typer.Argument(..., help="Prompts with responses (e.g. the filter stage's output)."),
-    output: Path = typer.Option(..., "-o", "--output", help="The same prompts with the judge's comparisons."),
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
     both_orders: bool = typer.Option(False, "--both-orders", help="Judge every pair in both orders "
                                      "(default: one random order per pair, as the paper)."),
-    judge_model: Optional[Path] = typer.Option(None, "--judge-model", help="Judge with this local causal LM folder "
-                                               "instead of an API: each pair by its verdict probabilities, averaged "
-                                               "over both orders (resumable from OUT.verdicts.jsonl)."),
-    judge_backend: str = typer.Option("api", help="api or vllm (GPU, offline)."),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code", help="With vllm: allow model code."),
-    judge_flags: dict = None, local_flags: dict = None, model_flags: dict = None,
+    judge_flags: dict = None, local_flags: dict = None, model_flags: dict = None, code_flags: dict = None,
+    scorer_flags: dict = None, out_flags: dict = None, config_flags: dict = None,
 ):
     """Compare all C(N,2) response pairs of every prompt with an LLM judge (§4.2), with the
     category's criteria. A is better -> label g, B -> b, C -> tie s; provenance kept."""
-    inputs = data_paths(inputs)
+    output, config = build_settings(OutputSettings, out_flags).output, config_flags.get("config")
+    pick, inputs = build_settings(ScorerSettings, scorer_flags), data_paths(inputs)
     from cheems.curation.stages import stage_settings
 
-    section = stage_settings(config, "judge")
+    section, judge_model, judge_backend = stage_settings(config, "judge"), pick.judge_model, pick.judge_backend
     local = build_settings(JudgeModelSettings, local_flags)  # a bad value is named under its flag first
-    settings = build_settings(ModelSettings, {**model_flags, "trust_remote_code": trust_remote_code})
+    trust_remote_code = code_flags.get("trust_remote_code", False)
+    settings = build_settings(ModelSettings, {**model_flags, **code_flags})
     if judge_model is not None:
         _refuse_api_judge(judge_flags, section, judge_backend)
         _judge_locally(inputs, output, judge_model, local, settings, judge_flags.get("seed", 0))
@@ -166,7 +179,7 @@ def _judge_locally(inputs: list, output: Path, judge_model: Path, judge_settings
                    settings: ModelSettings, seed: int) -> None:
     with progress("judging pairs") as bar:
         report = cheems.curate_judge(inputs, output, judge_model=judge_model, judge_settings=judge_settings,
-                                     model_settings=settings, seed=seed, progress=bar, notify=err.print)
+                                     model_settings=settings, seed=seed, progress=bar, notify=say)
     labels = report["labels"]
     resumed = report["resumed_judgements"]
     resumed = f" ({resumed} read from {report['verdicts']})" if resumed else ""
@@ -178,33 +191,40 @@ def _judge_locally(inputs: list, output: Path, judge_model: Path, judge_settings
 
 @curate_app.command("resolve")
 @reports_input_errors
-@settings_flags(ModelSettings, into="model_flags", when="--rm", plain=("backend", "trust_remote_code"))
+@settings_flags(ModelSettings, into="model_flags", when="--rm", plain=("backend", "trust_remote_code"),
+                exclude=("truncation",))
+@settings_flags(TruncationSettings, into="cut_flags")
 @settings_flags(ResolveSettings, into="resolve_flags")
 @settings_flags(RemoteScorerSettings, into="server_flags", when="--server", plain=("server",))
+@settings_flags(ScorerSettings, into="scorer_flags", only=("model", "scores"), names={"model": "--rm"},
+                helps={"model": "Reward model trained on the human subset (`cheems train`); scores go to "
+                       "OUT.scores.jsonl, resumable", "scores": "Or: a scores file of that model"})
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Prompts whose comparisons form no cycle"})
+@settings_flags(ConfigFile, into="config_flags", helps={"config": CONFIG_HELP})
 def resolve(
     inputs: List[Path] = typer.Argument(..., help="Judged prompts (the judge stage's output)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Prompts whose comparisons form no cycle."),
-    rm: Optional[Path] = typer.Option(None, "--rm", help="Reward model trained on the human subset "
-                                      "(`cheems train`); scores go to OUT.scores.jsonl, resumable."),
-    scores: Optional[Path] = typer.Option(None, "--scores", help="Or: a scores file of that model."),
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP),
-    resolve_flags: dict = None, model_flags: dict = None, server_flags: dict = None,
+    resolve_flags: dict = None, model_flags: dict = None, server_flags: dict = None, scorer_flags: dict = None,
+    out_flags: dict = None, config_flags: dict = None, cut_flags: dict = None,
 ):
     """Distant supervision (§4.2): where the judge's comparisons form cycles keep only those the
     reward model agrees with; report kept/dropped and judge-RM agreement per category."""
-    inputs = data_paths(inputs)
+    output, config = build_settings(OutputSettings, out_flags).output, config_flags.get("config")
+    pick, inputs = build_settings(ScorerSettings, scorer_flags), data_paths(inputs)
+    rm, scores = pick.model, pick.scores
     refuse_no_rows(scores)
     from cheems.cli.report import server_settings
     from cheems.curation.stages import stage_settings
 
     cfg = build_settings(ResolveSettings, resolve_flags, config=config, section=stage_settings(config, "resolve"),
                          prefix="resolve.")
-    settings, server = build_settings(ModelSettings, model_flags), server_settings(server_flags)
+    cut = build_settings(TruncationSettings, cut_flags).scoring_side()
+    settings, server = build_settings(ModelSettings, {**model_flags, **cut}), server_settings(server_flags)
     computed = rm is not None or server is not None  # with --scores there is nothing to score: no bar
     scoring = progress("scoring") if computed else contextlib.nullcontext()
     with scoring as bar:
         report = cheems.curate_resolve(inputs, output, scores=scores, rm=rm, server=server, settings=cfg,
-                                       model_settings=settings, progress=bar, notify=err.print)
+                                       model_settings=settings, progress=bar, notify=say)
     t = report["total"]
     out.print(f"kept {t['kept']} of {t['comparisons']} comparisons, dropped {t['dropped']} "
               f"({', '.join(f'{k} {v}' for k, v in t['dropped_by_reason'].items() if v) or 'none'}); "
@@ -215,15 +235,21 @@ def resolve(
 
 @curate_app.command("debias")
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Prompts with chosen-longer and chosen-shorter pairs balanced"})
+@settings_flags(StatisticsSettings, into="stats_flags", only=("seed",), defaults={"seed": None},
+                helps={"seed": "Seed of the downsampling (required)"})
 def debias(
     inputs: List[Path] = typer.Argument(..., help="Prompts with comparisons (the resolve stage's output)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Prompts with chosen-longer and chosen-shorter "
-                                "pairs balanced."),
-    seed: int = typer.Option(..., help="Seed of the downsampling."),
     tolerance: int = typer.Option(0, help="Length differences up to this many characters count as similar."),
+    out_flags: dict = None, stats_flags: dict = None,
 ):
     """Length debiasing (§4.2): downsample whichever of chosen-longer / chosen-shorter pairs is
     larger to the size of the other. Dropped pairs stay in their rows."""
+    output = build_settings(OutputSettings, out_flags).output
+    seed = build_settings(StatisticsSettings, stats_flags).seed
+    if seed is None:
+        raise CheemsInputError("missing --seed (the downsampling's seed)")
     report = cheems.curate_debias(data_paths(inputs), output, seed=seed, tolerance=tolerance)
     b, a = report["before"], report["after"]
     out.print(f"chosen-longer {b['chosen_longer']} -> {a['chosen_longer']}, chosen-shorter {b['chosen_shorter']} -> "
@@ -234,15 +260,18 @@ def debias(
 
 @curate_app.command("merge")
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "The final dataset (JSONL, with 'source')"})
 def merge(
     human: List[Path] = typer.Option(..., "--human", help="Human-annotated prompts."),
     judged: List[Path] = typer.Option(..., "--judge", help="Processed judge-annotated prompts."),
-    output: Path = typer.Option(..., "-o", "--output", help="The final dataset (JSONL, with 'source')."),
+    out_flags: dict = None,
     keep_human_annotations: bool = typer.Option(False, "--keep-human-annotations", help="Do not rank human "
                                                 "annotations by conflict resolution first."),
 ):
     """Human subset + processed judge subset -> the final training set, each row with its
     source. `cheems stats OUT` prints its Table-1 statistics."""
+    output = build_settings(OutputSettings, out_flags).output
     report = cheems.curate_merge(data_paths(human), data_paths(judged), output,
                                  resolve_human=not keep_human_annotations)
     out.print(f"{report['output_rows']} rows: {report['human_rows']} human, {report['judge_rows']} judge "
@@ -252,17 +281,18 @@ def merge(
 
 @analyze_app.command("bias")
 @reports_input_errors
+@settings_flags(ExtraOutputs, into="extra_flags", only=("plots", "json"), helps={"json": "Write the tables as JSON"})
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid",))
 def bias(
     files: List[Path] = typer.Argument(..., help="Annotated prompts; each file is one group (e.g. human, judge)."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="Folder for PNG plots."),
     bins: Optional[str] = typer.Option(None, help="Comma-separated positive edges of the length-difference "
                                        "bins (default 50,200,500: symmetric bins around 0)."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the tables as JSON."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
+    extra_flags: dict = None, read_flags: dict = None,
 ):
     """Annotator bias (Appendix D.3): P(response A chosen) by length difference and by position,
     per file, with Wilson intervals and a binomial test."""
-    files = data_paths(files)
+    extra, skip_invalid = build_settings(ExtraOutputs, extra_flags), read_flags.get("skip_invalid", False)
+    files, json_out, plots = data_paths(files), extra.json, extra.plots
     from cheems.curation.bias import format_bias_table
     from cheems.io import check_outputs, write_json
 

@@ -7,14 +7,16 @@ from collections import Counter
 from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 import typer
 from rich.table import Table
 
 import cheems
-from cheems.cli.app import FORMAT_HELP, app
+from cheems.cli.app import app
 from cheems.cli.console import data_paths, err, out, print_reworded, print_skipped, reports_input_errors
+from cheems.cli.flags import build_settings, settings_flags
+from cheems.common_settings import ExtraOutputs, OutputSettings, ReadSettings, StatisticsSettings
 from cheems.records import CheemsInputError
 
 __all__ = ["error_kind", "example_data", "format_groups", "rank", "stats", "tasks", "validate"]
@@ -28,19 +30,23 @@ class Design(str, Enum):
 
 @app.command()
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Where to write the tasks (JSONL)"})
+@settings_flags(StatisticsSettings, into="stats_flags", only=("seed",), defaults={"seed": None},
+                helps={"seed": "Shuffle each prompt's responses with this seed before forming tasks "
+                       "(default: keep file order)"})
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid", "format"))
 def tasks(
     file: Path = typer.Argument(..., help="Prompts with responses (any cheems format)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the tasks (JSONL)."),
     design: Design = typer.Option(Design.circular, help="circular: the paper's adjacent triples; "
                                   "cover: add triples until every pair is covered."),
-    seed: Optional[int] = typer.Option(None, help="Shuffle each prompt's responses with this seed "
-                                       "before forming tasks (default: keep file order)."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
-    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+    out_flags: dict = None, stats_flags: dict = None, read_flags: dict = None,
 ):
     """Write the triple-wise annotation tasks of every prompt (paper §3.2)."""
-    made = cheems.make_tasks(data_paths(file), output, design=design.value, seed=seed, skip_invalid=skip_invalid,
-                             fmt=fmt)
+    output, read = build_settings(OutputSettings, out_flags).output, build_settings(ReadSettings, read_flags)
+    seed = build_settings(StatisticsSettings, stats_flags).seed
+    made = cheems.make_tasks(data_paths(file), output, design=design.value, seed=seed, skip_invalid=read.skip_invalid,
+                             fmt=read.format)
     print_skipped(made.errors)
     coverage = made.coverage
     full = sum(c == 1.0 for c in coverage)
@@ -53,17 +59,19 @@ def tasks(
 
 @app.command()
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Benchmark file to write (JSONL, rows with rank)"})
+@settings_flags(ExtraOutputs, into="extra_flags", only=("report",))
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid", "format"))
 def rank(
     annotations: List[Path] = typer.Argument(..., help="Annotation files: rows with comparisons and/or triples."),
-    output: Path = typer.Option(..., "-o", "--output", help="Benchmark file to write (JSONL, rows with rank)."),
     keep_comparisons: bool = typer.Option(False, help="Keep the input comparisons in the output rows."),
-    report: Optional[Path] = typer.Option(None, "--report", help="Also write the conflict report as JSON."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
-    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+    out_flags: dict = None, extra_flags: dict = None, read_flags: dict = None,
 ):
     """Resolve annotation conflicts into partial rankings (paper Algorithm 1)."""
-    ranked = cheems.rank(data_paths(annotations), output, report=report, keep_comparisons=keep_comparisons,
-                         skip_invalid=skip_invalid, fmt=fmt)
+    output, read = build_settings(OutputSettings, out_flags).output, build_settings(ReadSettings, read_flags)
+    ranked = cheems.rank(data_paths(annotations), output, report=extra_flags.get("report"),
+                         keep_comparisons=keep_comparisons, skip_invalid=read.skip_invalid, fmt=read.format)
     print_skipped(ranked.errors)
     print_reworded(ranked.reworded)
     if not ranked.prompts:
@@ -92,14 +100,15 @@ def _print_conflicts(stats: dict) -> None:
 
 @app.command()
 @reports_input_errors
+@settings_flags(ReadSettings, into="read_flags", only=("format",))
 def validate(files: List[Path] = typer.Argument(..., help="Files to check (any cheems format)."),
              show_all: bool = typer.Option(False, "--all", help="Print every bad row, not the first few of each "
                                            "kind of error."),
-             fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP)):
+             read_flags: dict = None):
     """Check files row by row: counts, the format of each file (of each group of rows when they
     mix formats), what `eval` and `train` would refuse (the errors, grouped by kind) or note.
     Exit 1 if any row is bad."""
-    bad = 0
+    bad, fmt = 0, build_settings(ReadSettings, read_flags).format
     for f, path in zip(files, data_paths(files)):
         found = cheems.validate(path, fmt=fmt)
         res = found.read
@@ -178,13 +187,14 @@ def _print_errors(errors: list[CheemsInputError], show_all: bool) -> None:
 
 @app.command()
 @reports_input_errors
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid", "format"))
 def stats(
     files: List[Path] = typer.Argument(..., help="Datasets (any cheems format)."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
-    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
+    read_flags: dict = None,
 ):
     """The paper's Table 1 statistics: prompts, responses, comparisons, average lengths."""
-    found = cheems.stats(data_paths(files), skip_invalid=skip_invalid, fmt=fmt)
+    read = build_settings(ReadSettings, read_flags)
+    found = cheems.stats(data_paths(files), skip_invalid=read.skip_invalid, fmt=read.format)
     table = Table(title="Dataset statistics")
     table.add_column("file", overflow="fold")
     for col in ("prompts", "responses/prompt", "comparisons", "prompt chars", "chosen chars", "rejected chars"):
@@ -206,16 +216,19 @@ def _stats_row(table: Table, name: str, s: dict) -> None:
 # ----------------------------------------------------------------------------- example data
 
 @app.command("example-data")
-def example_data(output: Path = typer.Option(Path("cheems-sample"), "-o", "--output",
-                                             help="Folder to copy the bundled sample data into.")):
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"},
+                defaults={"output": Path("cheems-sample")},
+                helps={"output": "Folder to copy the bundled sample data into"})
+def example_data(out_flags: dict = None):
     """Copy the bundled Chinese sample annotations (subsets open and human) into a folder."""
-    _copy_example_data(output)
+    _copy_example_data(out_flags)
 
 
 @reports_input_errors
-def _copy_example_data(output: Path) -> None:
+def _copy_example_data(out_flags: dict) -> None:
     from cheems.io import atomic_open, check_output_folder
 
+    output = Path(build_settings(OutputSettings, out_flags).output)
     src = resources.files("cheems") / "data" / "sample" / "annotations"
     dst = output / "annotations"
     check_output_folder(dst)
@@ -231,8 +244,10 @@ def _copy_example_data(output: Path) -> None:
 
 
 @app.command("sample", hidden=True)
-def sample_alias(output: Path = typer.Option(Path("cheems-sample"), "-o", "--output",
-                                             help="Folder to copy the bundled sample data into.")):
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"},
+                defaults={"output": Path("cheems-sample")},
+                helps={"output": "Folder to copy the bundled sample data into"})
+def sample_alias(out_flags: dict = None):
     """The old name of `cheems example-data`."""
     err.print("note: `cheems sample` is now `cheems example-data` (`cheems curate sample` samples responses)")
-    _copy_example_data(output)
+    _copy_example_data(out_flags)

@@ -3,39 +3,33 @@
 from __future__ import annotations
 
 import contextlib
-from enum import Enum
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 import cheems
-from cheems.cli.app import FORMAT_HELP, app
+from cheems.cli.app import app
 from cheems.cli.console import (data_paths, err, judge_backend_for, out, print_reworded, print_skipped, progress,
-                                reports_input_errors)
+                                reports_input_errors, say)
 from cheems.cli.eval_tables import print_eval, print_judge, report_encoding
 from cheems.cli.flags import build_settings, settings_flags
+from cheems.common_settings import (ExtraOutputs, OutputSettings, ReadSettings, ScorerSettings, StatisticsSettings,
+                                    TruncationSettings)
 from cheems.formats import RepeatedRows
 from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
 from cheems.scoring.local_judge import JudgeModelSettings
 from cheems.scoring.model_settings import ModelSettings
 
-__all__ = ["Baseline", "Ties", "eval_", "print_row_notes", "score"]
+__all__ = ["SCORER_HELPS", "eval_", "print_row_notes", "score"]
 
 JUDGE_FLAGS = ("model", "api_base", "api_key", "concurrency", "timeout", "max_retries", "max_reply_bytes",
                "cache_path")
 """The JudgeConfig settings `eval --judge` takes as flags (the rest keep their defaults)."""
 
 
-class Baseline(str, Enum):
-    length = "length"
-    random = "random"
-
-
-class Ties(str, Enum):
-    official = "official"
-    strict = "strict"
+SCORER_HELPS = {"scorer": "A baseline scorer instead of a scores file", "model": "Score with this reward model folder"}
 
 
 @app.command("eval")
@@ -45,53 +39,44 @@ class Ties(str, Enum):
 @settings_flags(JudgeModelSettings, into="local_flags", only=("language", "ties"), when="--judge-model",
                 names={"language": "--judge-language", "ties": "--judge-ties"})
 @settings_flags(ModelSettings, into="model_flags", when="--model or --judge-model",
-                plain=("backend", "trust_remote_code"))
+                plain=("backend", "trust_remote_code"), exclude=("truncation",))
+@settings_flags(TruncationSettings, into="cut_flags")
+@settings_flags(ScorerSettings, into="scorer_flags", helps=SCORER_HELPS)
+@settings_flags(StatisticsSettings, into="stats_flags", helps={"seed": "Seed of the random scorer, of --one-order "
+                                                                       "and of the bootstrap"})
+@settings_flags(ReadSettings, into="read_flags")
+@settings_flags(ExtraOutputs, into="extra_flags", only=("json",), helps={"json": "Write the full report as JSON"})
 def eval_(
     bench: List[Path] = typer.Argument(..., help="Benchmark files (rows with rank); a file's stem "
                                        "names the subset of rows without a 'subset' field."),
-    scores: Optional[Path] = typer.Option(None, "--scores", help="SCORES file: rows {prompt_id, response_id, score}."),
-    scorer: Optional[Baseline] = typer.Option(None, "--scorer", help="A baseline scorer instead of a scores file."),
-    model: Optional[Path] = typer.Option(None, "--model", help="Score with this reward model folder."),
-    judge_model: Optional[Path] = typer.Option(None, "--judge-model", help="Judge every pair with this local causal "
-                                               "LM folder, by its next-token verdict probabilities (no sampling)."),
-    judge_backend: str = typer.Option("api", help="With --judge: api (an endpoint at --api-base) or vllm "
-                                      "(--judge is a local model folder, run offline on the GPU)."),
     one_order: bool = typer.Option(False, "--one-order", help="With --judge or --judge-model: one random order per "
                                    "pair (seeded by --seed), as the official evaluator; default is both orders."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the full report as JSON."),
-    ties: Ties = typer.Option(Ties.official, help="official: a tied pair counts wrong for Accuracy but breaks "
-                              "Exact Match only when some pair is strictly reversed (the official evaluator); "
-                              "strict: a tie is wrong in both. Judges: a C verdict is wrong in both."),
-    seed: int = typer.Option(0, help="Seed of the random scorer and of the bootstrap."),
-    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CI (0 = none)."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
-    dedupe: bool = typer.Option(False, "--dedupe", help="Count a row that repeats an earlier row exactly once "
-                                "(default: every row is an item, as the benchmarks' own evaluators count)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
-    name: Optional[str] = typer.Option(None, "--name", help="The model's name in the report (default: its source)."),
-    model_flags: dict = None, judge_flags: dict = None, local_flags: dict = None,
+    model_flags: dict = None, judge_flags: dict = None, local_flags: dict = None, cut_flags: dict = None,
+    scorer_flags: dict = None, stats_flags: dict = None, read_flags: dict = None, extra_flags: dict = None,
 ):
     """Accuracy, Exact Match and Overall of a scorer on CheemsBench-style files (paper §3.3)."""
-    bench, items_out = _checked_paths(bench, json_out, bootstrap, [scores, judge_flags.get("cache_path")])
-    local = _judge_model_settings(judge_model, local_flags, one_order, [model, scores, scorer, judge_flags])
-    judge, generate = _judge_config(judge_flags, judge_backend, one_order, seed, model_flags)
-    settings = build_settings(ModelSettings, model_flags)
-    label = "judging" if judge or local else "scoring" if model is not None else None
+    stats, read = build_settings(StatisticsSettings, stats_flags), build_settings(ReadSettings, read_flags)
+    pick, json_out = build_settings(ScorerSettings, scorer_flags), build_settings(ExtraOutputs, extra_flags).json
+    bench, items_out = _checked_paths(bench, json_out, [pick.scores, judge_flags.get("cache_path")])
+    local = _judge_model_settings(pick.judge_model, local_flags, one_order,
+                                  [pick.model, pick.scores, pick.scorer, judge_flags])
+    judge, generate = _judge_config(judge_flags, pick.judge_backend, one_order, stats.seed, model_flags)
+    cut = build_settings(TruncationSettings, cut_flags).scoring_side()
+    settings = build_settings(ModelSettings, {**model_flags, **cut})
+    label = "judging" if judge or local else "scoring" if pick.model is not None else None
     with (progress(label) if label else contextlib.nullcontext(None)) as bar:
-        result = cheems.evaluate(bench, scores=scores, baseline=scorer.value if scorer else None, model=model,
-                                 model_settings=settings, judge=judge, generate=generate, judge_model=judge_model,
-                                 judge_settings=local, n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid,
-                                 progress=bar, notify=err.print, ties=ties.value, fmt=fmt, dedupe=dedupe, name=name)
+        result = cheems.evaluate(bench, scores=pick.scores, baseline=pick.scorer, model=pick.model,
+                                 model_settings=settings, judge=judge, generate=generate, judge_model=pick.judge_model,
+                                 judge_settings=local, n_bootstrap=stats.bootstrap, seed=stats.seed,
+                                 skip_invalid=read.skip_invalid, progress=bar, notify=say, ties=stats.ties,
+                                 fmt=read.format, dedupe=read.dedupe, name=pick.name)
     _print_evaluation(result, json_out, items_out, judge is not None or local is not None)
 
 
-def _checked_paths(bench: list[Path], json_out: Path | None, bootstrap: int, inputs: list) -> tuple[list, Path | None]:
-    """(benchmark files, items file beside --json) after checking --bootstrap and that no
-    output overwrites an input."""
+def _checked_paths(bench: list[Path], json_out: Path | None, inputs: list) -> tuple[list, Path | None]:
+    """(benchmark files, items file beside --json) after checking that no output overwrites an input."""
     from cheems.io import check_outputs, sidecar
-    from cheems.metrics import check_bootstrap
 
-    check_bootstrap(bootstrap, field="--bootstrap")
     bench, items_out = data_paths(bench), (sidecar(json_out, "items") if json_out else None)
     check_outputs([json_out, items_out], [*bench, *inputs])
     return bench, items_out
@@ -160,38 +145,48 @@ def print_row_notes(repeated: RepeatedRows, identical: int, what: str) -> None:
 
 @app.command()
 @reports_input_errors
-@settings_flags(ModelSettings, into="model_flags")
+@settings_flags(ModelSettings, into="model_flags", exclude=("truncation",))
+@settings_flags(TruncationSettings, into="cut_flags")
+@settings_flags(OutputSettings, into="out_flags", short={"output": "-o"}, required=("output",),
+                helps={"output": "SCORES file to write (JSONL)", "overwrite": "Start again instead of resuming OUTPUT"})
+@settings_flags(ScorerSettings, into="scorer_flags", only=("model", "scorer"),
+                helps={"model": "Reward model folder (transformers checkpoint)",
+                       "scorer": "A baseline scorer instead of a model"})
+@settings_flags(StatisticsSettings, into="stats_flags", only=("seed",), helps={"seed": "Seed of the random scorer"})
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid", "format"))
 def score(
     bench: List[Path] = typer.Argument(..., help="Files with prompts and responses."),
-    output: Path = typer.Option(..., "-o", "--output", help="SCORES file to write (JSONL)."),
-    model: Optional[Path] = typer.Option(None, "--model", help="Reward model folder (transformers checkpoint)."),
-    scorer: Optional[Baseline] = typer.Option(None, "--scorer", help="A baseline scorer instead of a model."),
     ray: bool = typer.Option(False, "--ray", help="Score on a Ray cluster, one model replica per GPU "
                              "(RAY_ADDRESS or a cluster started with `ray start`; else a local instance)."),
     replicas: Optional[int] = typer.Option(None, help="With --ray: how many replicas (default: one per GPU)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Start again instead of resuming OUTPUT."),
-    seed: int = typer.Option(0, help="Seed of the random scorer."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
-    fmt: Optional[str] = typer.Option(None, "--format", help=FORMAT_HELP),
-    model_flags: dict = None,
+    model_flags: dict = None, cut_flags: dict = None, out_flags: dict = None, scorer_flags: dict = None,
+    stats_flags: dict = None, read_flags: dict = None,
 ):
     """Score every response and write rows {prompt_id, response_id, score}.
 
     With --model, rows are appended batch by batch: an interrupted run, started again with the
     same command, resumes where it stopped.
     """
+    dest, pick = build_settings(OutputSettings, out_flags), build_settings(ScorerSettings, scorer_flags)
+    seed, read = build_settings(StatisticsSettings, stats_flags).seed, build_settings(ReadSettings, read_flags)
+    model, scorer, output = pick.model, pick.scorer, dest.output
     if (model is None) == (scorer is None):
         raise CheemsInputError("give exactly one of --model DIR or --scorer length|random")
-    settings = build_settings(ModelSettings, model_flags)
+    cut = build_settings(TruncationSettings, cut_flags).scoring_side()
+    settings = build_settings(ModelSettings, {**model_flags, **cut})
     with progress("scoring on Ray" if ray else "scoring") if model else contextlib.nullcontext(None) as bar:
-        run = cheems.score(data_paths(bench), output, model=model, baseline=scorer.value if scorer else None,
-                           settings=settings, ray=ray, replicas=replicas, overwrite=overwrite, seed=seed,
-                           skip_invalid=skip_invalid, fmt=fmt, progress=bar, notify=err.print)
+        run = cheems.score(data_paths(bench), output, model=model, baseline=scorer, settings=settings, ray=ray,
+                           replicas=replicas, overwrite=dest.overwrite, seed=seed, skip_invalid=read.skip_invalid,
+                           fmt=read.format, progress=bar, notify=say)
+    _print_scored(run, scorer, model, output, ray)
+
+
+def _print_scored(run, scorer: str | None, model, output, ray: bool) -> None:
     print_skipped(run.errors)
     print_reworded(run.reworded)
     print_row_notes(run.repeated, run.identical, "scored")
     if scorer is not None:
-        out.print(f"scored {run.scored} responses of {run.prompts} prompts with {scorer.value} -> {output}")
+        out.print(f"scored {run.scored} responses of {run.prompts} prompts with {scorer} -> {output}")
         return
     if run.encoding is not None:
         report_encoding(run.encoding, run.truncation)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 from typing import Optional
 
@@ -10,8 +11,10 @@ import typer
 
 import cheems
 from cheems.cli.app import app
-from cheems.cli.console import err, fmt, out, reports_input_errors
+from cheems.cli.console import err, fmt, out, reports_input_errors, say
 from cheems.cli.experiment_table import register as register_table
+from cheems.cli.flags import build_settings, settings_flags
+from cheems.common_settings import OutputSettings
 
 __all__ = ["experiment_app", "run", "status"]
 
@@ -21,18 +24,21 @@ experiment_app = typer.Typer(no_args_is_help=True, help="Study grids (paper §6)
 
 @experiment_app.command("run")
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Experiment folder; a later run with the same folder resumes it (and adds the "
+                       "cells of a grown grid)"})
 def run(
     exp: Path = typer.Argument(..., help="Experiment YAML: benchmarks, base_models, datasets, data_sizes, seeds, "
                                "train, eval (see docs)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Experiment folder; a later run with the same "
-                                "folder resumes it (and adds the cells of a grown grid)."),
     ray: Optional[str] = typer.Option(None, "--ray", help="Run every cell at once as a Ray task of its own: "
                                       "'auto' (the running cluster), an address, or 'local' (a new local "
                                       "instance)."),
+    out_flags: dict = None,
 ):
     """Train and evaluate every cell of an experiment grid; finished cells are skipped, an
     interrupted one resumes from its last checkpoint."""
-    warn = (lambda line: err.print(line, style="yellow", soft_wrap=True))
+    output = build_settings(OutputSettings, out_flags).output
+    warn = functools.partial(say, style="yellow")
     with _cells_progress() as bar:
         summary = cheems.run_experiment(exp, output, ray_address=ray, progress=bar, notify=warn)
     already = f" ({len(summary['already'])} finished before)" if summary["already"] else ""

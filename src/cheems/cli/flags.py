@@ -32,7 +32,11 @@ import typer
 from cheems.records import CheemsInputError
 from cheems.settings import check_settings, flag_help, setting_kind, settings_from_mapping
 
-__all__ = ["FLAGS_OF", "FlagSpec", "build_settings", "flag", "flag_name", "settings_flags"]
+__all__ = ["FLAGS_OF", "NO_VALUE", "FlagSpec", "build_settings", "flag", "flag_name", "settings_flags"]
+
+
+NO_VALUE: Any = type("NoValue", (), {"__repr__": lambda self: "NO_VALUE"})()
+"""A FlagSpec's default or alias value when it has none (the field's own default applies)."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,14 @@ class FlagSpec:
     field: str
     flag: str
     when: str | None
+    help: str | None = None
+    """This command's wording of the help (what *its* output is), or None: the field's."""
+    default: Any = NO_VALUE
+    """This command's default for the setting, or NO_VALUE: the field's."""
+    required: bool = False
+    """The flag must be given (click refuses the command line without it)."""
+    alias_value: Any = NO_VALUE
+    """A hidden old spelling: the value of the setting it stands for (NO_VALUE: a flag of its own)."""
 
 
 FLAGS_OF: dict[str, list[FlagSpec]] = {}
@@ -50,10 +62,12 @@ FLAGS_OF: dict[str, list[FlagSpec]] = {}
 (``cheems.cli.evaluate.eval_``), for the tests that check flags against their settings."""
 
 
-def flag(cls, name: str, when: str | None = None) -> str:
+def flag(cls, name: str, when: str | None = None, help: str | None = None,
+         default: Any = NO_VALUE) -> str:
     """The help text of a flag, taken from the setting ``name`` of the dataclass ``cls`` (with
-    its default), prefixed with ``With WHEN:`` for flags that only matter with another one."""
-    text = flag_help(cls, name)
+    its default; ``help`` and ``default``: one command's wording and default), prefixed with
+    ``With WHEN:`` for flags that only matter with another one."""
+    text = flag_help(cls, name, help) if default is NO_VALUE else flag_help(cls, name, help, default)
     if not when:
         return text
     first = text.split(None, 1)[0]
@@ -66,10 +80,13 @@ def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def _option(cls, f: dataclasses.Field, hint: Any, flag_: str, when: str | None, extra: tuple[str, ...]):
-    """(annotation, typer.Option) of the flag for field ``f`` (see the module docstring)."""
-    kind = setting_kind(hint)
-    help_ = flag(cls, f.name, when)
+def _option(cls, f: dataclasses.Field, hint: Any, spec: FlagSpec, extra: tuple[str, ...]):
+    """(annotation, typer.Option) of the flag ``spec`` for field ``f`` (see the module docstring)."""
+    kind, flag_ = setting_kind(hint), spec.flag
+    help_ = flag(cls, f.name, spec.when, spec.help, spec.default)
+    if spec.alias_value is not NO_VALUE:
+        old = f"The old spelling of {flag_name(f.name)} {spec.alias_value}."
+        return bool, typer.Option(False, flag_, hidden=True, help=old)
     if kind == "bool":
         if f.default is True:
             no = "--no-" + flag_[2:]
@@ -80,7 +97,7 @@ def _option(cls, f: dataclasses.Field, hint: Any, flag_: str, when: str | None, 
                   "paths": Optional[List[Path]], "strings": Optional[str]}.get(kind)
     if annotation is None:
         raise TypeError(f"no flag shape for setting {cls.__name__}.{f.name} ({kind})")
-    return annotation, typer.Option(None, flag_, *extra, help=help_, show_default=False)
+    return annotation, typer.Option(... if spec.required else None, flag_, *extra, help=help_, show_default=False)
 
 
 def _flag_value(value: Any, hint: Any, on_switch: bool) -> Any:
@@ -100,33 +117,34 @@ def _flag_value(value: Any, hint: Any, on_switch: bool) -> Any:
 
 def settings_flags(cls, *, into: str, only: tuple[str, ...] | None = None, exclude: tuple[str, ...] = (),
                    names: dict[str, str] | None = None, when: str | None = None,
-                   plain: tuple[str, ...] = (), short: dict[str, str] | None = None) -> Callable:
+                   plain: tuple[str, ...] = (), short: dict[str, str] | None = None,
+                   helps: dict[str, str] | None = None, defaults: dict[str, Any] | None = None,
+                   aliases: dict[str, tuple[str, Any]] | None = None, required: tuple[str, ...] = ()) -> Callable:
     """Decorator: add one option per setting of ``cls`` (``only`` these fields, or all but
     ``exclude``) to a Typer command; the command receives the flags given as a mapping in its
     parameter ``into``. ``names`` renames flags (field -> "--flag"), ``short`` adds a short
     form ("-o"), ``when`` prefixes the help ("With --model: ..."), except for fields in
-    ``plain``."""
+    ``plain``. ``helps`` words a field's help for this command, ``defaults`` gives this
+    command's default (put in the mapping when the flag is left out), and ``aliases`` adds
+    hidden old spellings ("--truncate": ("truncation", "left")) that set a field to a value;
+    the flags of ``required`` must be given."""
     hints = typing.get_type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if "help" in f.metadata and f.init
               and (only is None or f.name in only) and f.name not in exclude]
     if only is not None and {f.name for f in fields} != set(only):
         raise TypeError(f"{cls.__name__} has no setting(s) {set(only) - {f.name for f in fields}}")
-    names, short = names or {}, short or {}
+    look = _Look(names or {}, short or {}, when, plain, helps or {}, defaults or {}, aliases or {}, required)
 
     def decorate(fn: Callable) -> Callable:
         sig = inspect.signature(fn)
         own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in sig.parameters.values() if p.name != into]
-        params, param_of = _flag_parameters(cls, fields, hints, {p.name for p in own}, into, names, short,
-                                            when, plain, f"{fn.__module__}.{fn.__qualname__}")
+        params, param_of = _flag_parameters(cls, fields, hints, {p.name for p in own}, into, look,
+                                            f"{fn.__module__}.{fn.__qualname__}")
         switches = {f.name for f in fields if setting_kind(hints[f.name]) == "bool" and f.default is not True}
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            given = {}
-            for pname, field in param_of.items():
-                value = _flag_value(kwargs.pop(pname, None), hints[field], field in switches)
-                if value is not None:
-                    given[field] = value
+            given = {**look.defaults, **_given(kwargs, param_of, hints, switches)}
             return fn(*args, **{into: {**kwargs.pop(into, {}), **given}}, **kwargs)
 
         wrapper.__signature__ = sig.replace(parameters=own + params)
@@ -135,26 +153,63 @@ def settings_flags(cls, *, into: str, only: tuple[str, ...] | None = None, exclu
     return decorate
 
 
-def _flag_parameters(cls, fields, hints, taken: set[str], into: str, names: dict, short: dict, when, plain,
-                     command: str) -> tuple[list[inspect.Parameter], dict[str, str]]:
-    """The signature parameters of the generated options, and parameter name -> field; records the
-    options in FLAGS_OF under ``command``."""
+def _given(kwargs: dict, param_of: dict, hints: dict, switches: set) -> dict:
+    """field -> value of the flags given (popped from ``kwargs``); an alias gives its value
+    unless the field's own flag is given too."""
+    given, aliased = {}, {}
+    for pname, (field, alias) in param_of.items():
+        value = kwargs.pop(pname, None)
+        if alias is not NO_VALUE:
+            if value:
+                aliased[field] = alias
+            continue
+        value = _flag_value(value, hints[field], field in switches)
+        if value is not None:
+            given[field] = value
+    return {**aliased, **given}
+
+
+@dataclass(frozen=True)
+class _Look:
+    """How :func:`settings_flags` shows the fields of one class on one command."""
+
+    names: dict
+    short: dict
+    when: str | None
+    plain: tuple
+    helps: dict
+    defaults: dict
+    aliases: dict
+    required: tuple
+
+
+def _flag_parameters(cls, fields, hints, taken: set[str], into: str, look: _Look,
+                     command: str) -> tuple[list[inspect.Parameter], dict[str, tuple[str, Any]]]:
+    """The signature parameters of the generated options, and parameter name -> (field, the
+    value of a hidden alias or NO_VALUE); records the options in FLAGS_OF under ``command``."""
     params, param_of = [], {}
-    for f in fields:
+    by_field = {f.name: f for f in fields}
+    specs = [(f, FlagSpec(cls, f.name, look.names.get(f.name, flag_name(f.name)),
+                          None if f.name in look.plain else look.when, look.helps.get(f.name),
+                          look.defaults.get(f.name, NO_VALUE), f.name in look.required)) for f in fields]
+    specs += [(by_field[field], FlagSpec(cls, field, alias, None, alias_value=value))
+              for alias, (field, value) in look.aliases.items()]
+    for f, spec in specs:
         pname = f.name if f.name not in taken else f"{into}_{f.name}"
-        flag_ = names.get(f.name, flag_name(f.name))
-        field_when = None if f.name in plain else when
-        annotation, option = _option(cls, f, hints[f.name], flag_, field_when,
-                                     (short[f.name],) if f.name in short else ())
+        if spec.alias_value is not NO_VALUE:
+            pname = f"{into}_{spec.flag[2:].replace('-', '_')}_alias"
+        extra = (look.short[f.name],) if f.name in look.short and spec.alias_value is NO_VALUE else ()
+        annotation, option = _option(cls, f, hints[f.name], spec, extra)
         params.append(inspect.Parameter(pname, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation))
-        FLAGS_OF.setdefault(command, []).append(FlagSpec(cls, f.name, flag_, field_when))
-        param_of[pname] = f.name
+        FLAGS_OF.setdefault(command, []).append(spec)
+        param_of[pname] = (f.name, spec.alias_value)
     return params, param_of
 
 
 def _flags_of(cls) -> dict[str, str]:
     """field -> flag name for every generated option of ``cls`` (any command)."""
-    return {s.field: s.flag for specs in FLAGS_OF.values() for s in specs if s.cls is cls}
+    return {s.field: s.flag for specs in FLAGS_OF.values() for s in specs
+            if s.cls is cls and s.alias_value is NO_VALUE}
 
 
 def build_settings(cls, given: dict, *, config: str | os.PathLike | None = None, section: dict | None = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from pathlib import Path
 from typing import List, Optional
@@ -11,8 +12,10 @@ import typer
 
 import cheems
 from cheems.cli.app import app
-from cheems.cli.console import data_paths, err, fmt, out, print_skipped, progress, refuse_no_rows, reports_input_errors
+from cheems.cli.console import (data_paths, err, fmt, out, print_skipped, progress, refuse_no_rows,
+                                reports_input_errors, say)
 from cheems.cli.flags import build_settings, settings_flags
+from cheems.common_settings import ConfigFile, OutputSettings, ReadSettings, StatisticsSettings, TruncationSettings
 from cheems.training.config import TrainConfig
 
 __all__ = ["convert", "init_model_cmd", "train"]
@@ -20,23 +23,23 @@ __all__ = ["convert", "init_model_cmd", "train"]
 
 @app.command()
 @reports_input_errors
-@settings_flags(TrainConfig, into="train_flags", short={"output": "-o"})
-def train(
-    config: Optional[Path] = typer.Option(None, "--config", help="YAML file whose keys are these flags' names; "
-                                          "flags given on the command line win."),
-    train_flags: dict = None,
-):
+@settings_flags(TrainConfig, into="train_flags", short={"output": "-o"}, exclude=("truncate",))
+@settings_flags(TruncationSettings, into="cut_flags", aliases={"--truncate": ("truncation", "left")})
+@settings_flags(ConfigFile, into="config_flags")
+def train(train_flags: dict = None, cut_flags: dict = None, config_flags: dict = None):
     """Train a reward model on ranked or compared responses (Bradley-Terry over every ranked
     pair, prompt-grouped batches, r^2 regulariser; paper §5)."""
     from cheems.io import read_yaml_mapping
 
+    config = config_flags.get("config")
     section = read_yaml_mapping(config) if config is not None else None
+    train_flags = {**train_flags, **build_settings(TruncationSettings, cut_flags).training_cut()}
     cfg = build_settings(TrainConfig, train_flags, config=config, section=section, config_flag=True)
     cfg.train, cfg.eval = data_paths(cfg.train), data_paths(cfg.eval)
     # under `accelerate launch` every process runs this command: the first one speaks
     main_process = os.environ.get("RANK", "0") == "0"
     with (progress("training") if main_process else contextlib.nullcontext(None)) as bar:
-        warn = (lambda line: err.print(line, style="yellow", soft_wrap=True)) if main_process else None
+        warn = functools.partial(say, style="yellow") if main_process else None
         summary = cheems.train(cfg, progress=_training_progress(bar) if main_process else None, notify=warn)
     if main_process:
         _print_training(summary)
@@ -82,19 +85,24 @@ def _training_progress(bar):
 
 @app.command("init-model")
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Folder to write the model and tokenizer to"})
+@settings_flags(StatisticsSettings, into="stats_flags", only=("seed",), helps={"seed": "Seed of the random weights"})
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid",),
+                helps={"skip_invalid": "Skip bad rows of data files instead of failing"})
 def init_model_cmd(
-    output: Path = typer.Option(..., "-o", "--output", help="Folder to write the model and tokenizer to."),
     tokenizer_from: List[Path] = typer.Option(..., "--tokenizer-from", help="Texts to train the tokenizer on: "
                                               ".txt files (one text per line) or any cheems data file."),
     size: str = typer.Option("tiny", help="tiny (2 layers, 64 wide) or small (4 layers, 256 wide)."),
     head: str = typer.Option("seq-cls", help="seq-cls: a one-label reward model (--objective bt); causal-lm: a "
                              "causal LM (--objective dual or generative, --judge-model)."),
     vocab_size: int = typer.Option(3000, help="Tokenizer vocabulary size."),
-    seed: int = typer.Option(0, help="Seed of the random weights."),
-    skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows of data files instead of "
-                                      "failing."),
+    out_flags: dict = None, stats_flags: dict = None, read_flags: dict = None,
 ):
     """Build a small randomly initialised reward model and a tokenizer trained on your texts."""
+    output = build_settings(OutputSettings, out_flags).output
+    seed = build_settings(StatisticsSettings, stats_flags).seed
+    skip_invalid = read_flags.get("skip_invalid", False)
     for path in tokenizer_from:
         refuse_no_rows(path)
     made = cheems.init_model(output, tokenizer_from, size=size, head=head, vocab_size=vocab_size, seed=seed,
@@ -106,14 +114,16 @@ def init_model_cmd(
 
 @app.command()
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "Folder for the *ForSequenceClassification checkpoint"})
 def convert(
     source: Path = typer.Argument(..., help="An official Cheems checkpoint: causal LM + v_head."),
-    output: Path = typer.Option(..., "-o", "--output", help="Folder for the *ForSequenceClassification checkpoint."),
     dtype: Optional[str] = typer.Option(None, help="float32, bfloat16 or float16 (default: keep the source's)."),
+    out_flags: dict = None,
 ):
     """Turn a causal LM + v_head checkpoint into a standard one-label sequence-classification
     checkpoint that transformers, vLLM and `cheems score` load."""
-    done = cheems.convert(source, output, dtype=dtype)
+    done = cheems.convert(source, build_settings(OutputSettings, out_flags).output, dtype=dtype)
     if done.dropped_bias is not None:
         err.print(f"note: the v_head bias {done.dropped_bias:+.6g} was dropped (the score head has none): every score "
                   "shifts by the same constant, no comparison changes")

@@ -13,8 +13,10 @@ from rich.table import Table
 
 import cheems
 from cheems.cli.app import app
-from cheems.cli.console import err, fmt, out, print_skipped, progress, refuse_no_rows, reports_input_errors
+from cheems.cli.console import err, fmt, out, print_skipped, progress, refuse_no_rows, reports_input_errors, say
 from cheems.cli.flags import build_settings, flag_name, settings_flags
+from cheems.common_settings import (ExtraOutputs, OutputSettings, ReadSettings, ScorerSettings, StatisticsSettings,
+                                    TruncationSettings)
 from cheems.records import CheemsInputError
 from cheems.scoring.bench_judge import JudgeConfig
 from cheems.scoring.local_judge import JudgeModelSettings
@@ -43,42 +45,50 @@ def _ns(text: str) -> list[int]:
 @settings_flags(JudgeModelSettings, into="local_flags", only=("language", "ties"), when="--judge-model",
                 names={"language": "--judge-language", "ties": "--judge-ties"})
 @settings_flags(ModelSettings, into="model_flags", when="--model or --judge-model",
-                plain=("backend", "trust_remote_code"))
+                plain=("backend", "trust_remote_code"), exclude=("truncation",))
+@settings_flags(TruncationSettings, into="cut_flags")
 @settings_flags(RemoteScorerSettings, into="server_flags", when="--server", plain=("server",))
+@settings_flags(ScorerSettings, into="scorer_flags", only=("scores", "model", "judge_model", "name"),
+                helps={"scores": "The reward model's SCORES file", "model": "Or: a reward model folder to score with",
+                       "judge_model": "Judge the pick against --baseline with this local causal LM folder, by its "
+                       "verdict probabilities",
+                       "name": "The model's name in the report (default: the scores file's stem or the model "
+                       "folder's name)"})
+@settings_flags(StatisticsSettings, into="stats_flags", only=("bootstrap", "seed"),
+                helps={"bootstrap": "Bootstrap resamples over prompts for the 95% CI", "seed": "Seed of the bootstrap"})
+@settings_flags(ReadSettings, into="read_flags", only=("skip_invalid",))
+@settings_flags(ExtraOutputs, into="extra_flags", only=("json",), helps={"json": "Write the curve as JSON"})
 def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N candidate responses each."),
         gold: Optional[Path] = typer.Option(None, "--gold", help="SCORES-shaped rows {prompt_id, response_id, "
                                             "score}: each response's true quality (a number, or +1/-1 win/loss "
                                             "against a baseline)."),
-        scores: Optional[Path] = typer.Option(None, "--scores", help="The reward model's SCORES file."),
-        model: Optional[Path] = typer.Option(None, "--model", help="Or: a reward model folder to score with."),
-        judge_model: Optional[Path] = typer.Option(None, "--judge-model", help="Judge the pick against --baseline with "
-                                                   "this local causal LM folder, by its verdict probabilities."),
         n: str = typer.Option("1,2,4,8,16,32", "-n", help="Comma-separated n of best-of-n."),
         baseline: Optional[str] = typer.Option(None, "--baseline", help="With --judge or --judge-model: the id of "
                                                "the baseline response in every prompt."),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the curve as JSON."),
-        bootstrap: int = typer.Option(1000, help="Bootstrap resamples over prompts for the 95% CI."),
-        seed: int = typer.Option(0, help="Seed of the bootstrap."),
-        skip_invalid: bool = typer.Option(False, "--skip-invalid", help="Skip bad rows instead of failing."),
-        name: Optional[str] = typer.Option(None, "--name", help="The model's name in the report (default: the "
-                                           "scores file's stem or the model folder's name)."),
-        judge_flags: dict = None, model_flags: dict = None, local_flags: dict = None, server_flags: dict = None):
+        judge_flags: dict = None, model_flags: dict = None, local_flags: dict = None, server_flags: dict = None,
+        cut_flags: dict = None, scorer_flags: dict = None, stats_flags: dict = None, read_flags: dict = None,
+        extra_flags: dict = None):
     """Best-of-n (paper §6.2): the expected gold quality of the reward model's pick among n of the
     N candidates, exact over all n-subsets, per category and overall with bootstrap CIs; and/or
     the judged win rate of its best-of-N pick against a baseline response."""
     from cheems.io import check_outputs, write_json
 
-    check_outputs([json_out], [*candidates, gold, scores, judge_flags.get("cache_path")])
-    for path in (*candidates, gold, scores):
+    pick, stats = build_settings(ScorerSettings, scorer_flags), build_settings(StatisticsSettings, stats_flags)
+    json_out, skip_invalid = build_settings(ExtraOutputs, extra_flags).json, read_flags.get("skip_invalid", False)
+    check_outputs([json_out], [*candidates, gold, pick.scores, judge_flags.get("cache_path")])
+    for path in (*candidates, gold, pick.scores):
         refuse_no_rows(path)
     server, ns = server_settings(server_flags), _ns(n)
-    judge, local = _bon_judges(judge_flags, local_flags, judge_model, seed)
-    with progress("scoring / judging") if model or server or judge or local else contextlib.nullcontext(None) as bar:
-        report, errors = cheems.best_of_n(candidates, gold=gold, ns=ns, scores=scores, model=model, server=server,
-                                          model_settings=build_settings(ModelSettings, model_flags), judge=judge,
-                                          judge_model=judge_model, judge_settings=local, baseline=baseline,
-                                          n_bootstrap=bootstrap, seed=seed, skip_invalid=skip_invalid, progress=bar,
-                                          notify=err.print, name=name)
+    judge, local = _bon_judges(judge_flags, local_flags, pick.judge_model, stats.seed)
+    cut = build_settings(TruncationSettings, cut_flags).scoring_side()
+    scoring = pick.model or server or judge or local
+    with progress("scoring / judging") if scoring else contextlib.nullcontext(None) as bar:
+        report, errors = cheems.best_of_n(candidates, gold=gold, ns=ns, scores=pick.scores, model=pick.model,
+                                          server=server, model_settings=build_settings(ModelSettings,
+                                                                                       {**model_flags, **cut}),
+                                          judge=judge, judge_model=pick.judge_model, judge_settings=local,
+                                          baseline=baseline, n_bootstrap=stats.bootstrap, seed=stats.seed,
+                                          skip_invalid=skip_invalid, progress=bar, notify=say, name=pick.name)
     print_skipped(errors)
     if json_out:
         write_json(json_out, report)
@@ -138,19 +148,19 @@ def _print_curve(report: dict) -> None:
 
 
 @reports_input_errors
+@settings_flags(StatisticsSettings, into="stats_flags", only=("bootstrap", "seed"), defaults={"bootstrap": 2000},
+                helps={"bootstrap": "Paired bootstrap resamples over prompts", "seed": "Seed of the paired bootstrap"})
+@settings_flags(ExtraOutputs, into="extra_flags", only=("json",), helps={"json": "Write the comparison as JSON"})
 def compare(a: Path = typer.Argument(..., help="`cheems eval --json` report of model A."),
             b: Path = typer.Argument(..., help="Report of model B on the same benchmark."),
-            json_out: Optional[Path] = typer.Option(None, "--json", help="Write the comparison as JSON."),
-            bootstrap: int = typer.Option(2000, help="Paired bootstrap resamples over prompts."),
-            seed: int = typer.Option(0, help="Seed of the paired bootstrap.")):
+            stats_flags: dict = None, extra_flags: dict = None):
     """Is B really better than A? Differences with a paired bootstrap (CI, p-value), McNemar's exact
     test on per-pair correctness, Holm's correction across categories."""
     from cheems.io import check_outputs, sidecar, write_json
 
+    stats, json_out = build_settings(StatisticsSettings, stats_flags), build_settings(ExtraOutputs, extra_flags).json
     check_outputs([json_out], [a, b, sidecar(a, "items"), sidecar(b, "items")])
-    if bootstrap < 1:
-        raise CheemsInputError("must be at least 1", field="--bootstrap")
-    result = cheems.compare(a, b, n_bootstrap=bootstrap, seed=seed)
+    result = cheems.compare(a, b, n_bootstrap=stats.bootstrap, seed=stats.seed)
     if json_out:
         write_json(json_out, result)
     _print_compare(result)
@@ -180,18 +190,20 @@ def _print_compare(result: dict) -> None:
 
 
 @reports_input_errors
+@settings_flags(StatisticsSettings, into="stats_flags", only=("bootstrap", "seed"),
+                helps={"bootstrap": "Bootstrap resamples over models", "seed": "Seed of the bootstrap"})
+@settings_flags(ExtraOutputs, into="extra_flags", only=("json",), helps={"json": "Write the correlations as JSON"})
 def correlate(results: List[Path] = typer.Argument(..., help="eval / bon reports, one model each (its "
                                                    "\"model\" names it)."),
               downstream: Path = typer.Option(..., "--downstream", help="JSON {model: {metric: value}}."),
-              json_out: Optional[Path] = typer.Option(None, "--json", help="Write the correlations as JSON."),
-              bootstrap: int = typer.Option(1000, help="Bootstrap resamples over models."),
-              seed: int = typer.Option(0, help="Seed of the bootstrap.")):
+              stats_flags: dict = None, extra_flags: dict = None):
     """Pearson, Spearman and Kendall between every benchmark metric and every downstream metric
     across reward models (paper Fig. 5), with bootstrap CIs over models."""
     from cheems.io import check_outputs, write_json
 
+    stats, json_out = build_settings(StatisticsSettings, stats_flags), build_settings(ExtraOutputs, extra_flags).json
     check_outputs([json_out], [*results, downstream])
-    result = cheems.correlate(results, downstream, n_bootstrap=bootstrap, seed=seed)
+    result = cheems.correlate(results, downstream, n_bootstrap=stats.bootstrap, seed=stats.seed)
     if json_out:
         write_json(json_out, result)
     table = Table(title=f"Correlation across {len(result['models'])} reward models (Pearson / Spearman / Kendall)")
@@ -207,14 +219,17 @@ def correlate(results: List[Path] = typer.Argument(..., help="eval / bon reports
 
 
 @reports_input_errors
+@settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
+                helps={"output": "The HTML report (one file, readable offline)"})
+@settings_flags(ExtraOutputs, into="extra_flags", only=("markdown",))
 def report(results: List[Path] = typer.Argument(..., help="Any mix of eval, judge-eval, bon, correlate, compare, "
                                                 "curate and analyze-bias reports, and train_log.jsonl files."),
-           output: Path = typer.Option(..., "-o", "--output", help="The HTML report (one file, readable offline)."),
-           markdown: Optional[Path] = typer.Option(None, "--markdown", help="The same as Markdown with PNG plots."),
            lang: Optional[str] = typer.Option(None, "--lang", help="The page's language: zh or en (default: Chinese "
                                               "when the data's names or categories hold Chinese, else English)."),
-           title: Optional[str] = typer.Option(None, "--title", help="The page's title.")):
+           title: Optional[str] = typer.Option(None, "--title", help="The page's title."),
+           out_flags: dict = None, extra_flags: dict = None):
     """One static HTML page (plots inline, no network) from the reports of a study."""
+    output, markdown = build_settings(OutputSettings, out_flags).output, extra_flags.get("markdown")
     with _font_warning_in_one_line():
         cheems.write_report(results, output, markdown=markdown, lang=lang, title=title)
     out.print(f"report -> {output}" + (f" (and {markdown})" if markdown else ""))

@@ -11,8 +11,9 @@ from pathlib import Path
 import typer
 
 from cheems.cli.app import app
-from cheems.cli.console import err, reports_input_errors
+from cheems.cli.console import reports_input_errors, say
 from cheems.cli.flags import build_settings, settings_flags
+from cheems.common_settings import TruncationSettings
 from cheems.records import CheemsInputError
 from cheems.scoring.model_settings import ModelSettings
 from cheems.serving.engine import EngineSettings
@@ -20,18 +21,21 @@ from cheems.serving.settings import ServeSettings
 
 __all__ = ["ready_line", "serve"]
 
-MODEL_FLAGS_NOT_TAKEN = ("batch_size", "token_budget", "check")
+MODEL_FLAGS_NOT_TAKEN = ("batch_size", "token_budget", "check", "truncation")
 """ModelSettings the server leaves out: the engine's --max-batch and --token-budget size its
-batches, and the batch-invariance check needs rows to check on (run `cheems score --check`)."""
+batches, the batch-invariance check needs rows to check on (run `cheems score --check`), and
+the side a long conversation is cut on is --truncation (TruncationSettings), which also says
+whether the server cuts at all."""
 
 
 @app.command("serve")
 @reports_input_errors
 @settings_flags(ServeSettings, into="serve_flags")
-@settings_flags(EngineSettings, into="engine_flags")
+@settings_flags(EngineSettings, into="engine_flags", exclude=("truncate",))
 @settings_flags(ModelSettings, into="model_flags", exclude=MODEL_FLAGS_NOT_TAKEN)
+@settings_flags(TruncationSettings, into="cut_flags", aliases={"--truncate": ("truncation", "left")})
 def serve(model: Path = typer.Argument(..., help="Reward model folder (what `cheems score --model` takes)."),
-          serve_flags: dict = None, engine_flags: dict = None, model_flags: dict = None):
+          serve_flags: dict = None, engine_flags: dict = None, model_flags: dict = None, cut_flags: dict = None):
     """Serve a reward model over HTTP until SIGTERM or Ctrl+C (requests in flight are answered first).
 
     POST /get_reward (OpenRLHF: chat-formatted texts, no special tokens added), POST /classify
@@ -39,14 +43,15 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
     /v1/embeddings (SGLang's, as verl calls it), POST /v1/score/evaluation (LLaMA-Factory), POST
     /v1/score (cheems rows; the chat template applied as `cheems score` applies it), GET /health,
     GET /metrics (Prometheus). A conversation longer than --max-length is refused (422) unless
-    --truncate is given. Prints one line when ready,
+    --truncation left or right is given. Prints one line when ready,
     then one access line per request (method, path, status, seconds; a refusal's reason) to
     stderr. On SIGTERM or Ctrl+C, /health answers 503 while the requests in flight are answered;
     Ctrl+C again stops at once. --replicas N: N copies of the model, each in its own process,
     behind the one address (see --replicas for their devices); one that dies is started again."""
+    side, cuts = build_settings(TruncationSettings, cut_flags).server_cut()
     settings = build_settings(ServeSettings, serve_flags)
-    engine_settings = build_settings(EngineSettings, engine_flags)
-    model_settings = build_settings(ModelSettings, model_flags)
+    engine_settings = build_settings(EngineSettings, {**engine_flags, "truncate": cuts})
+    model_settings = build_settings(ModelSettings, {**model_flags, **side})
     _need_extra()
     import cheems
 
@@ -54,7 +59,7 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
         print(ready_line(url, served), file=sys.stderr, flush=True)
 
     status = cheems.serve(model, model_settings=model_settings, engine_settings=engine_settings, settings=settings,
-                          on_ready=ready, notify=lambda line: err.print(line, soft_wrap=True))
+                          on_ready=ready, notify=say)
     if status:
         raise typer.Exit(status)
 

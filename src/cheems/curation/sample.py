@@ -420,7 +420,8 @@ def _check_prompts(prompts: list) -> None:
         try:
             check_sample_prompt(p.prompt)
         except CheemsInputError as e:
-            raise CheemsInputError(f"prompt {p.id!r}: {e.message}", field=f"prompts[{i}].{e.field}") from None
+            raise CheemsInputError(f"prompt {p.id!r}: {e.message}", field=f"prompts[{i}].{e.field}",
+                                   remedy=e.remedy) from None
         j = first.setdefault(p.id, i)
         if j != i:
             raise CheemsInputError(f"prompt id {p.id!r} is used twice (prompts[{j}] and prompts[{i}])",

@@ -35,7 +35,7 @@ from cheems.formats import (NotPlain, batches_of, check_unique_ids, columnar_sco
 from cheems.formats.halves import batch_parts
 from cheems.io import (atomic_open, check_outputs, gc_paused, outputs_together, read_yaml_mapping, sidecar,
                        write_json, write_jsonl)
-from cheems.records import CheemsInputError, Prompt, main_category_of
+from cheems.records import CheemsInputError, Notice, Prompt, Setting, main_category_of
 from cheems.settings import check_settings, setting
 
 __all__ = ["ResolveSettings", "read_inputs", "run_analyze_bias", "run_debias", "run_filter", "run_judge",
@@ -170,7 +170,7 @@ def run_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, co
     from cheems.curation.all_pairs_judge import judge_all_pairs
 
     if (config is None) == (judge_model is None):
-        raise CheemsInputError("give one judge: an API judge (--judge NAME) or a local model (--judge-model DIR)")
+        raise CheemsInputError("give one judge: an API judge (config) or a local model (judge_model)")
     if judge_model is not None:
         return run_local_judge(inputs, output, judge_model, judge_settings, model_settings, progress, notify,
                                seed=seed)
@@ -214,7 +214,7 @@ def run_local_judge(inputs: Sequence[str | os.PathLike], output: str | os.PathLi
     with ResumableJsonl(verdicts, meta, overwrite=stale) as store:
         judge = _LazyJudge(judge_model, ms, js.language, notify)
         result = judge_all_pairs_locally(prompts, judge, name=name, ties=js.ties, both_orders=js.both_orders,
-                                         seed=seed, token_budget=ms.token_budget, batch_size=ms.batch_size,
+                                         seed=seed, batch_size=ms.batch_size,
                                          done=store.rows, record=store.append, progress=progress)
     report = {**result.report(), "judge_backend": ms.backend, "verdicts": str(verdicts)}
     report["balanced"] = report["comparisons"] == report["pairs"]
@@ -256,8 +256,8 @@ def run_resolve(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, 
     from cheems.formats import read_scores
 
     if sum(x is not None for x in (scores, rm, server)) != 1:
-        raise CheemsInputError("give the reward model's scores (--scores FILE), the model (--rm PATH) or a server "
-                               "of it (--server URL), one of them")
+        raise CheemsInputError(Notice("give the reward model's scores (", Setting("scores"), "), the model (",
+                                      Setting("rm"), ") or a server of it (", Setting("server"), "), one of them"))
     scored = sidecar(output, "scores")
     computed = rm is not None or server is not None
     meta = scored.with_name(scored.name + ".meta.json")
@@ -276,7 +276,7 @@ def run_resolve(inputs: Sequence[str | os.PathLike], output: str | os.PathLike, 
 
         scores = scored
         score_with_model(server or rm, prompts, model_settings, output=scores, progress=progress, notify=notify)
-        report = _resolve_columns(inputs, output, scores, scope, margin)  # written as --scores writes it
+        report = _resolve_columns(inputs, output, scores, scope, margin)  # written as given scores write it
         if report is not None:
             return report
     result = distant_supervision(prompts, read_scores(scores), scope=scope, margin=margin)

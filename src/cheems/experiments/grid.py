@@ -158,7 +158,7 @@ def _catalogue_spec(text: str, file: str, where: str) -> bool:
     try:
         return parse_spec(text) is not None
     except CheemsInputError as e:
-        raise CheemsInputError(e.message, file=file, field=where) from None
+        raise CheemsInputError(e.message, file=file, field=where, remedy=e.remedy) from None
 
 
 def _base_model(value: Any, base: Path, file: str, where: str) -> BaseModel:
@@ -277,7 +277,7 @@ def _train_section(section: Any, file: str) -> dict:
     try:
         check_settings(config)
     except CheemsInputError as e:
-        raise CheemsInputError(e.message, file=file, field=f"train.{e.field}") from None
+        raise CheemsInputError(e.message, file=file, field=f"train.{e.field}", remedy=e.remedy) from None
     return {k: getattr(config, k) for k in section}
 
 

@@ -90,7 +90,7 @@ class RayCellRunner:
         try:
             import ray
         except ImportError:
-            raise CheemsInputError("--ray needs ray: pip install 'cheems[ray]'") from None
+            raise CheemsInputError("running cells on Ray needs ray: pip install 'cheems[ray]'") from None
         self.ray = ray
         self.opened = not ray.is_initialized()
         if self.opened:
@@ -98,7 +98,7 @@ class RayCellRunner:
                 ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             except Exception as e:  # a cluster not reached, a local instance not started: one line
                 raise CheemsInputError(f"cannot start or reach Ray at {address!r} ({error_line(e)})",
-                                       field="--ray") from None
+                                       field="ray_address") from None
         available = ray.cluster_resources().get("GPU", 0)
         if gpus is None:
             gpus = 1 if available >= 1 else 0

@@ -159,7 +159,7 @@ def run_experiment(grid: Grid, out_dir: str | os.PathLike, *, ray_address: str |
     if ray_address:
         from cheems.scoring.ray_scoring import check_ray_address
 
-        check_ray_address(ray_address, field="--ray")  # before Ray, which retries a dead address for minutes
+        check_ray_address(ray_address, field="ray_address")  # before Ray, which retries a dead address for minutes
     plans, shared = plan_cells(grid, out, notify)
     with folder_lock(out):  # one run at a time on a folder: two would record each cell twice
         return _run_locked(grid, out, plans, shared, started, ray_address=ray_address, progress=progress,

@@ -128,7 +128,7 @@ def _object_layout(obj: dict) -> str:
 # --------------------------------------------------------------------------------------- row level
 
 ROW_LAYOUTS: tuple[tuple[str, str, Callable[[dict], bool]], ...] = (
-    ("a SCORES file (prompt_id, response_id, score), which `eval --scores` reads",
+    ("a SCORES file (prompt_id, response_id, score), read as the scores of an evaluation",
      "benchmark rows with responses (`cheems`, `pair`, ...)", lambda r: {"prompt_id", "response_id", "score"} <= r.keys()),
     ("chat fine-tuning rows (one conversation, no preference)",
      "preference rows: `trl` (chosen / rejected message lists) or `sharegpt`", lambda r: "messages" in r),

@@ -120,7 +120,7 @@ def _default_attribute(obj: dict) -> str:
         if _is_number(v) or (k == "stars" and isinstance(v, dict)):
             return k
     raise CheemsInputError(f"no score to rank by: expected a number in one of {', '.join(DEFAULT_ATTRIBUTES)} "
-                           "(or choose one with --format scored:ATTRIBUTE); a row with one response and no "
+                           "(or name one in the format, scored:ATTRIBUTE); a row with one response and no "
                            "score compares nothing", field="score")
 
 

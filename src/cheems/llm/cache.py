@@ -98,8 +98,8 @@ class ReplyCache:
             self._db.execute(SCHEMA)
             self._db.execute(CLAIMS)
         except (OSError, sqlite3.Error) as e:
-            raise CheemsInputError(f"cannot be used as a reply cache ({e}); give another --cache file",
-                                   file=str(self.path)) from None
+            raise CheemsInputError(f"cannot be used as a reply cache ({e})", file=str(self.path),
+                                   remedy=("cache_path", "give {} another file")) from None
         self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
     @staticmethod

@@ -26,8 +26,8 @@ def use_liger_kernels(model) -> list[str]:
     architecture Liger does not cover."""
     torch = require_torch()
     if not torch.cuda.is_available():
-        raise CheemsInputError("Liger kernels run on CUDA GPUs only; leave out --liger-kernels on this machine",
-                               field="liger_kernels")
+        raise CheemsInputError("Liger kernels run on CUDA GPUs only", field="liger_kernels",
+                               remedy=("liger_kernels", "leave {} off on this machine"))
     try:
         from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
     except ImportError:

@@ -125,7 +125,7 @@ def probe_token_budget(run: Callable[[int], None], *, start: int, ceiling: int, 
                 failed_at = b
         if ran_at == 0:
             raise CheemsInputError(f"out of GPU memory even at {granule} tokens in a forward batch: the model "
-                                   "does not fit; try --gradient-checkpointing, LoRA (--lora-r) or a larger GPU",
+                                   "does not fit; try gradient checkpointing, LoRA (lora_r) or a larger GPU",
                                    field="token_budget")
     while failed_at is not None and failed_at - ran_at > granule:  # bisection between ran and failed
         mid = (ran_at + failed_at) // 2 // granule * granule
@@ -142,13 +142,13 @@ def out_of_memory_error(budget: int | None, tokens: int, *, auto: bool = False) 
     """The one-line error for a forward batch of ``tokens`` tokens that ran out of memory under
     token budget ``budget`` (None: no budget was set), naming the budget to try."""
     if budget is None:
-        fix = f"set --token-budget {smaller_budget(max(GRANULE, tokens))} or --token-budget auto"
+        fix = f"set {{}} {smaller_budget(max(GRANULE, tokens))} or {{}} auto"
         said = "no token budget"
     else:
-        fix = f"try --token-budget {smaller_budget(budget)}" + ("" if auto else " or --token-budget auto")
-        said = f"token budget {budget}" + (" (found by --token-budget auto)" if auto else "")
-    return CheemsInputError(f"out of GPU memory on a forward batch of {tokens} tokens ({said}); {fix}",
-                            field="token_budget")
+        fix = f"try {{}} {smaller_budget(budget)}" + ("" if auto else " or {} auto")
+        said = f"token budget {budget}" + (", found by probing" if auto else "")
+    return CheemsInputError(f"out of GPU memory on a forward batch of {tokens} tokens ({said})",
+                            field="token_budget", remedy=("token_budget", fix))
 
 
 @contextlib.contextmanager

@@ -503,7 +503,7 @@ def packed_attention(module, query, key, value, attention_mask, scaling=None, dr
         longest = max(g.prefix + n for g in cheems_packing.sequence_groups() for _, n in g.members)
         if longest > sliding_window:
             raise CheemsInputError("packing does not support sliding-window attention over sequences longer than "
-                                   f"the window ({sliding_window}); run without packing (--no-packing)")
+                                   f"the window ({sliding_window}); run without packing")
     backend = cheems_packing.backend
     if backend == "segments":  # a compiled layer breaks its graph here: the loop runs eagerly
         run = _outside_graphs("segments")

@@ -160,19 +160,19 @@ def _check_request(scores, model, server, gold, judge, judge_model, baseline, na
     """The arguments of :func:`best_of_n_files` that do not go together, each one error; the judge
     model's folder checked before any work."""
     if sum(x is not None for x in (scores, model, server)) != 1:
-        raise CheemsInputError("give exactly one of --scores FILE, --model DIR or --server URL")
+        raise CheemsInputError("give exactly one of scores (a file), model (a folder) or server (a URL)")
     if judge is not None and judge_model is not None:
-        raise CheemsInputError("give one judge: --judge MODEL (an API) or --judge-model DIR (a local model)")
+        raise CheemsInputError("give one judge: judge (an API) or judge_model (a local model's folder)")
     judged = judge is not None or judge_model is not None
     if gold is None and not judged:
-        raise CheemsInputError("give --gold FILE, or --judge MODEL (or --judge-model DIR) with --baseline ID, or both")
+        raise CheemsInputError("give gold (a file), or judge (or judge_model) with baseline (a response id), or both")
     if judged and not baseline:
-        flag = "--judge" if judge is not None else "--judge-model"
-        raise CheemsInputError(f"{flag} needs --baseline: the id of the response to play against", field="--baseline")
+        which = "judge" if judge is not None else "judge_model"
+        raise CheemsInputError(f"{which} needs a baseline: the id of the response to play against", field="baseline")
     if name is not None and not name.strip():
-        raise CheemsInputError("must not be empty", field="--name")
+        raise CheemsInputError("must not be empty", field="name")
     if not ns or any(not isinstance(n, int) or n < 1 for n in ns):
-        raise CheemsInputError(f"n must be positive integers, got {list(ns)}", field="-n")
+        raise CheemsInputError(f"n must be positive integers, got {list(ns)}", field="ns")
     if judge_model is not None:
         from cheems.scoring.local_judge import check_causal_lm_folder
 
@@ -195,7 +195,7 @@ def _best_of_n_picks(prompts: Sequence[Prompt], rewards: Mapping[tuple[str, str]
         others = [r.id for r in p.responses if r.id != baseline]
         if baseline not in p.response_ids() or not others:
             raise CheemsInputError(f"prompt {p.id!r} has no response {baseline!r} and another one to compare",
-                                   field="--baseline")
+                                   field="baseline")
         picks.append(max(others, key=lambda rid: rewards[(p.id, rid)]))
     return picks
 
@@ -294,5 +294,5 @@ def _judge_with_model(prompts, rewards, baseline: str, path, model_settings, jud
         notify(f"loading the judge {path} ...")
     judge = load_judge_model(path, settings, language=js.language)
     return locally_judged_win_rate(prompts, rewards, baseline, judge, ties=js.ties, name=Path(path).name,
-                                   token_budget=settings.token_budget, batch_size=settings.batch_size,
+                                   batch_size=settings.batch_size,
                                    n_bootstrap=n_bootstrap, seed=seed, progress=progress)

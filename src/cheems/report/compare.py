@@ -111,8 +111,8 @@ def compare_reports(report_a: dict, items_a: list[dict], report_b: dict, items_b
     """The comparison of two eval reports of one benchmark (see the module docstring)."""
     fa, fb = report_a.get("benchmark"), report_b.get("benchmark")
     if not fa or not fb:
-        raise CheemsInputError("a report without a benchmark fingerprint: write both with a current `cheems eval "
-                               "--json`")
+        raise CheemsInputError("a report without a benchmark fingerprint: make both again with a current "
+                               "cheems evaluation")
     if fa != fb:
         raise CheemsInputError(f"the reports are of different benchmarks ({fa['prompts']} prompts, "
                                f"{fa['fingerprint'][:12]}… vs {fb['prompts']} prompts, {fb['fingerprint'][:12]}…)")

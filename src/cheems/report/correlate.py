@@ -81,7 +81,7 @@ def correlate(reports: dict[str, list[dict]], downstream: dict[str, dict[str, fl
     models = sorted(set(reports) & set(downstream))
     if len(models) < 3:
         raise CheemsInputError(f"{len(models)} model(s) have both a report and downstream results; a correlation "
-                               "needs at least 3", field="--downstream")
+                               "needs at least 3", field="downstream")
     bench = {m: {k: v for r in reports[m] for k, v in benchmark_metrics(r).items()} for m in models}
     bench_names = sorted({k for m in models for k in bench[m]})
     down_names = sorted({k for m in models for k in downstream[m]})

@@ -71,7 +71,7 @@ def build_report(paths: Sequence[str | Path], *, title: str | None = None, lang:
     if not paths:
         raise CheemsInputError("no result files given: the report needs at least one")
     if lang is not None and lang not in LANGUAGES:
-        raise CheemsInputError(f"must be one of {', '.join(LANGUAGES)}, got {lang!r}", field="--lang")
+        raise CheemsInputError(f"must be one of {', '.join(LANGUAGES)}, got {lang!r}", field="lang")
     sources = [read_result(p, i) for i, p in enumerate(paths)]
     label_sources(sources)
     example = chinese_text(data_texts(sources))

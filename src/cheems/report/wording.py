@@ -21,10 +21,11 @@ WORDS: dict[str, tuple[str, str]] = {
     "title": ("Reward model report", "奖励模型评测报告"),
     "html_lang": ("en", "zh-CN"),
     "lang.data": ("This page is in English because the data's names and categories hold no Chinese; "
-                  "`--lang zh` writes it in Chinese.",
-                  "本页为中文，因为数据的名称或类别含有中文（如“{example}”）；`--lang en` 可生成英文版。"),
-    "lang.asked": ("This page is in English as asked (`--lang en`); `--lang {other}` writes it in Chinese.",
-                   "本页按 `--lang zh` 以中文生成；`--lang {other}` 可生成英文版。"),
+                  "the language `zh` writes it in Chinese.",
+                  "本页为中文，因为数据的名称或类别含有中文（如“{example}”）；选择语言 `en` 可生成英文版。"),
+    "lang.asked": ("This page is in English as asked (language `en`); the language `{other}` writes it in "
+                   "Chinese.",
+                   "本页按要求（语言 `zh`）以中文生成；选择语言 `{other}` 可生成英文版。"),
     # inputs
     "inputs": ("Inputs", "输入文件"),
     "inputs.note": ("The files this page was made from. Hover over a number to see the file and the field it "
@@ -248,7 +249,7 @@ def detect_language(texts: Iterable[str]) -> str:
 
 
 def language_note(lang: str, asked: bool, example: str | None = None) -> str:
-    """The page's line on its language and how to switch: as ``asked`` with ``--lang``, or else chosen from the
+    """The page's line on its language and how to switch: as ``asked`` with ``lang``, or else chosen from the
     data (``example``: a Chinese text of the data, for a Chinese page)."""
     if asked:
         return say(lang, "lang.asked", other=LANGUAGES[1 - LANGUAGES.index(lang)])

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Sequence
+
 import numpy as np
 
 from cheems.metrics import check_seed
-from cheems.records import Prompt
+from cheems.records import CheemsInputError, Prompt
+from cheems.scoring.scorer import Progress, ScoredRows, ScorerDefaults
 
-__all__ = ["check_seed", "BASELINES", "length_scores", "random_scores"]
+__all__ = ["check_seed", "BASELINES", "BaselineScorer", "length_scores", "random_scores"]
 
 
 def length_scores(prompts: list[Prompt], seed: int = 0) -> dict[tuple[str, str], float]:
@@ -24,3 +28,31 @@ def random_scores(prompts: list[Prompt], seed: int = 0) -> dict[tuple[str, str],
 
 
 BASELINES = {"length": length_scores, "random": random_scores}
+
+
+@dataclass
+class BaselineScorer(ScorerDefaults):
+    """A baseline of :data:`BASELINES` (``name``: length or random, with ``seed``) as a
+    :class:`~cheems.scoring.scorer.RewardScorer`: no model, no tokens, no forward batches."""
+
+    name: str = "length"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.name not in BASELINES:
+            raise CheemsInputError(f"no baseline {self.name!r}; the baselines are {', '.join(BASELINES)}",
+                                   field="scorer")
+        check_seed(self.seed)
+
+    def score_prompts(self, prompts: Sequence[Prompt], *, batch_size: int = 64, done: set | None = None,
+                      progress: Progress | None = None) -> ScoredRows:
+        """Every response's baseline score not in ``done``, as one batch (the random scores are
+        drawn over all of ``prompts``, so a resumed run gives each response the same score)."""
+        done = done or set()
+        rows = [(pid, rid, s) for (pid, rid), s in BASELINES[self.name](list(prompts), self.seed).items()
+                if (pid, rid) not in done]
+        if progress:
+            progress(0, len(rows))
+        yield rows
+        if progress:
+            progress(len(rows), len(rows))

@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 from cheems.benchmark import read_benchmark
 from cheems.formats import RepeatedRows, RewordedQuestions, read_scores
 from cheems.metrics import benchmark_fingerprint, check_bootstrap, check_ties, evaluate_scores
-from cheems.records import CheemsInputError, identical_responses
+from cheems.records import CheemsInputError, Notice, Setting, identical_responses
 from cheems.scoring.baselines import BASELINES, check_seed
 from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.run import load_scorer, model_scores
@@ -75,11 +75,13 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
     check_ties(ties)
     check_seed(seed)
     if name is not None and not name.strip():
-        raise CheemsInputError("must not be empty", field="--name")
+        raise CheemsInputError("must not be empty", field="name")
     check_bootstrap(n_bootstrap)
     if sum(x is not None for x in (scores, baseline, model, judge, judge_model)) != 1:
-        raise CheemsInputError("give exactly one of --scores FILE, --scorer length|random, --model DIR, "
-                               "--judge MODEL --api-base URL or --judge-model DIR")
+        raise CheemsInputError(Notice(
+            "give exactly one scorer: a scores file (", Setting("scores"), "), a baseline (", Setting("baseline"),
+            ": length or random), a reward model folder (", Setting("model"), "), an API judge model (",
+            Setting("judge"), ", with its endpoint) or a judge model folder (", Setting("judge_model"), ")"))
     _check_folder(model, judge_model, model_settings or ModelSettings())  # before reading the benchmark
     res, repeated = read_benchmark(bench, skip_invalid=skip_invalid, require_rank=True, fmt=fmt,
                                    empty="no valid prompts to evaluate", dedupe=dedupe)
@@ -146,22 +148,22 @@ def _judge_locally(prompts, path, settings: ModelSettings, judge_settings, name:
 
     js, say = judge_settings or JudgeModelSettings(), notify or (lambda line: None)
     if settings.truncation != "left":
-        raise CheemsInputError("a judge prompt keeps its end (the verdict question): leave out --truncation right",
-                               field="--truncation")
+        raise CheemsInputError("a judge prompt keeps its end (the verdict question)", field="truncation",
+                               remedy=("truncation", "leave out {} right"))
     say(f"loading {path} ...")
     judge = load_judge_model(path, settings, language=js.language)
     if judge.template.ties and not js.ties:  # a model trained with the tie verdict judges with it
         js = replace(js, ties=True)
     if settings.check:
         exact = settings.backend == "transformers" and str(judge.model.dtype) == "torch.float32"
-        check = check_judge_batch_invariance(judge, prompts, ties=js.ties, token_budget=settings.token_budget,
-                                             batch_size=settings.batch_size, tolerance=1e-5 if exact else 1e-2)
+        check = check_judge_batch_invariance(judge, prompts, ties=js.ties, batch_size=settings.batch_size,
+                                             tolerance=1e-5 if exact else 1e-2)
         line = (f"batch invariance: {check['n']} judge prompts alone vs in batches, max |diff| of the verdict "
                 f"probabilities {check['max_abs_diff']:.2e} (tolerance {check['tolerance']:.0e})")
         if not check["ok"]:
             raise CheemsInputError(line + ": verdicts depend on batching")
         say(line + ": ok")
     report, items = judge_bench_locally(prompts, judge, ties=js.ties, both_orders=js.both_orders, seed=seed,
-                                        token_budget=settings.token_budget, batch_size=settings.batch_size,
-                                        n_bootstrap=n_bootstrap, name=name or Path(path).name, progress=progress)
+                                        batch_size=settings.batch_size, n_bootstrap=n_bootstrap,
+                                        name=name or Path(path).name, progress=progress)
     return report, items, judge.stats

@@ -20,7 +20,7 @@ the API judges draw it (:func:`cheems.scoring.bench_judge.order_plan`).
 Batching is the reward models': sequences are planned under a token budget and packed into one
 row with the packed attention where the architecture supports it (each prompt's judge
 sequences a group whose common token prefix is laid down once), else right-padded with the
-attention mask (:func:`cheems.scoring.transformers_rm.scored_batches`). Only the hidden state
+attention mask (:func:`cheems.scoring.batching.scored_batches`). Only the hidden state
 of each sequence's last token meets the LM head, and only the verdict tokens' rows of it, so
 the probabilities do not depend on batch size or order. The vLLM back-end
 (:class:`VllmJudge`, the ``[vllm]`` extra) reads the same probabilities from vLLM's
@@ -44,7 +44,9 @@ from cheems.models.packing import pack_sequences, packed_backend, padded_attenti
 from cheems.models.sequences import EncodeStats, default_token_budget, pad_right
 from cheems.models.threads import use_available_cores
 from cheems.records import CheemsInputError, Prompt, PromptText, prompt_key
+from cheems.scoring.batching import resolve_token_budget, scored_batches
 from cheems.scoring.model_settings import ModelSettings
+from cheems.scoring.scorer import ScorerDefaults
 from cheems.settings import check_settings, setting
 
 __all__ = ["JUDGE_LANGUAGES", "JudgeModelSettings", "LocalJudge", "VerdictScorer", "VllmJudge", "averaged_verdicts",
@@ -120,11 +122,12 @@ def verdict_logits(model, hidden, token_ids: Sequence[int]):
 # ----------------------------------------------------------------------------- models
 
 @dataclass
-class VerdictScorer:
+class VerdictScorer(ScorerDefaults):
     """What every local judge back-end shares: the template, the tokenizer, the verdict tokens
     and how judge prompts become verdict probabilities. A back-end adds ``score_ids`` (and
-    ``score_packed``, ``token_budget``, ``max_batch``) returning each sequence's logits (or
-    log-probabilities) of the verdict tokens, in the template's verdict order."""
+    ``score_packed``, ``max_batch``: a :class:`~cheems.scoring.scorer.SequenceScorer`) returning
+    each sequence's logits (or log-probabilities) of the verdict tokens, in the template's
+    verdict order; its ``token_budget`` is resolved when it loads."""
 
     tokenizer: object
     template: VerdictTemplate
@@ -133,6 +136,9 @@ class VerdictScorer:
     stats: EncodeStats = field(default_factory=EncodeStats)
     packing: bool = True
     share_prefix: bool = True
+    token_budget: int | None = None  # most tokens of a forward batch, resolved at load
+    token_budget_auto: bool = False
+    name: str = ""  # the model folder's name
 
     def encode_judgements(self, items: Sequence[tuple[PromptText, str, str]], ties: bool) -> list[list[int]]:
         """Token ids of the judge prompt of each (prompt, response A, response B), up to and
@@ -145,10 +151,9 @@ class VerdictScorer:
                               progress: Progress | None = None) -> np.ndarray:
         """(n, K) probabilities of the verdicts (A, B, and C with ``ties``) of each (prompt,
         response A, response B), :func:`verdict_softmax` of the next-token logits. Each distinct
-        item is run once; a prompt's judge sequences share their common prefix in packed rows.
-        ``progress(done, total)`` counts the distinct sequences."""
-        from cheems.scoring.transformers_rm import scored_batches
-
+        item is run once; a prompt's judge sequences share their common prefix in packed rows
+        of ``token_budget`` tokens (None: the judge's own). ``progress(done, total)`` counts
+        the distinct sequences."""
         index: dict[tuple, int] = {}
         first = [index.setdefault((prompt_key(p), a, b), i) for i, (p, a, b) in enumerate(items)]
         distinct = sorted(index.values())
@@ -205,23 +210,17 @@ class LocalJudge(VerdictScorer):
             logits = verdict_logits(self.model, hidden[0, batch.last], self.verdict_ids)
         return logits.cpu().tolist()
 
-    def token_budget(self, asked: int | None = None) -> int:
-        return asked if asked not in (None, "auto") else default_token_budget(self.device)
-
-    def max_batch(self, asked: int) -> int:
-        return asked
-
 
 def check_causal_lm_folder(path: str | os.PathLike) -> dict:
     """The ``config.json`` of a model folder a judge can run: checked whole
     (:func:`cheems.models.checkpoints.check_model_folder`) and a causal language model (a
     ``*ForCausalLM`` or ``*ForConditionalGeneration`` architecture, or none named); a reward
-    model folder is refused, pointing at ``--model``."""
+    model folder is refused, saying what it is."""
     config = check_model_folder(path)
     archs = [str(a) for a in config.get("architectures") or []]
     generative = [a for a in archs if a.endswith(CAUSAL_LM_ARCHITECTURES)]
     if archs and not generative:
-        hint = " (a reward model: evaluate it with --model)" if any(
+        hint = " (a reward model: evaluate it as the reward model, not as a judge)" if any(
             a.endswith("ForSequenceClassification") for a in archs) else ""
         raise CheemsInputError(f"is not a causal language model (architectures {archs}){hint}; a judge model "
                                "needs an LM head to read verdict tokens from", file=str(path))
@@ -253,7 +252,8 @@ def load_local_judge(path: str | os.PathLike, settings: ModelSettings | None = N
 
     s = settings or ModelSettings()
     if s.device.startswith("cuda") and not torch.cuda.is_available():
-        raise CheemsInputError("--device cuda asked for, but no CUDA device is available", field="device")
+        raise CheemsInputError(f"{s.device} asked for, but no CUDA device is available", field="device",
+                               remedy=("device", "{} cpu runs without one"))
     check_causal_lm_folder(path)
     template = judge_template_of(path, language)
     if s.device.startswith("cpu"):
@@ -271,8 +271,10 @@ def load_local_judge(path: str | os.PathLike, settings: ModelSettings | None = N
         from cheems.models.kernels import use_liger_kernels
 
         use_liger_kernels(model)
+    budget, auto = resolve_token_budget(s.token_budget, default_token_budget(s.device))
     judge = LocalJudge(tokenizer, template, _verdict_ids(tokenizer, template, path), s.max_length,
-                       share_prefix=s.share_prefix, model=model, device=s.device)
+                       share_prefix=s.share_prefix, token_budget=budget, token_budget_auto=auto,
+                       name=Path(path).resolve().name, model=model, device=s.device)
     judge.packing = s.packing and judge._base() is not None and use_packed_attention(model)
     return judge
 
@@ -311,9 +313,6 @@ class VllmJudge(VerdictScorer):
         """``seqs`` in this order: a prompt's judge sequences adjacent, for vLLM's prefix cache."""
         return self.score_ids(seqs)
 
-    def token_budget(self, asked: int | None = None) -> int:
-        return asked if asked not in (None, "auto") else 1 << 20  # vLLM schedules its own batches
-
     def max_batch(self, asked: int) -> int:
         return max(asked, 1 << 16)
 
@@ -324,6 +323,8 @@ def load_vllm_judge(path: str | os.PathLike, settings: ModelSettings | None = No
     """A causal LM folder in vLLM (the ``[vllm]`` extra, GPU) as a judge; prefix caching as
     ``settings.share_prefix`` says."""
     s = settings or ModelSettings(backend="vllm")
+    from cheems.scoring.vllm_backend import VLLM_TOKEN_BUDGET
+
     check_causal_lm_folder(path)
     template = judge_template_of(path, language)
     try:
@@ -336,8 +337,10 @@ def load_vllm_judge(path: str | os.PathLike, settings: ModelSettings | None = No
                    trust_remote_code=s.trust_remote_code, enable_prefix_caching=s.share_prefix,
                    logprobs_mode="processed_logprobs")
     tokenizer = llm.get_tokenizer()
+    budget, auto = resolve_token_budget(s.token_budget, VLLM_TOKEN_BUDGET)
     return VllmJudge(tokenizer, template, _verdict_ids(tokenizer, template, path), s.max_length,
-                     share_prefix=s.share_prefix, llm=llm)
+                     share_prefix=s.share_prefix, token_budget=budget, token_budget_auto=auto,
+                     name=Path(path).resolve().name, llm=llm)
 
 
 def load_judge_model(path: str | os.PathLike, settings: ModelSettings | None = None, *,
@@ -351,8 +354,7 @@ def load_judge_model(path: str | os.PathLike, settings: ModelSettings | None = N
 # ----------------------------------------------------------------------------- a benchmark
 
 def check_judge_batch_invariance(judge: VerdictScorer, prompts: list[Prompt], *, ties: bool = False, n: int = 16,
-                                 token_budget: int | None = None, batch_size: int = 64,
-                                 tolerance: float = 1e-5) -> dict:
+                                 batch_size: int = 64, tolerance: float = 1e-5) -> dict:
     """The verdict probabilities of up to ``n`` judge prompts (the first pairs, both orders)
     one at a time against the same prompts in batches of ``batch_size``. Returns ``{"n",
     "max_abs_diff", "tolerance", "ok"}``; a difference above the tolerance means padding or
@@ -366,17 +368,15 @@ def check_judge_batch_invariance(judge: VerdictScorer, prompts: list[Prompt], *,
     if not items:
         raise CheemsInputError("nothing to check: no ranked pairs")
     saved, judge.stats = judge.stats, EncodeStats()  # the check's encodings are not the run's
-    alone = np.vstack([judge.verdict_probabilities([it], ties, token_budget=token_budget, batch_size=1)
-                       for it in items])
-    together = judge.verdict_probabilities(items, ties, token_budget=token_budget, batch_size=batch_size)
+    alone = np.vstack([judge.verdict_probabilities([it], ties, batch_size=1) for it in items])
+    together = judge.verdict_probabilities(items, ties, batch_size=batch_size)
     judge.stats = saved
     diff = float(np.abs(alone - together).max())
     return {"n": len(items), "max_abs_diff": diff, "tolerance": tolerance, "ok": diff <= tolerance}
 
 
 def judge_bench_locally(prompts: list[Prompt], judge: VerdictScorer, *, ties: bool = False, both_orders: bool = True,
-                        seed: int = 0, token_budget: int | None = None, batch_size: int = 64,
-                        n_bootstrap: int = 1000, name: str = "judge",
+                        seed: int = 0, batch_size: int = 64, n_bootstrap: int = 1000, name: str = "judge",
                         progress: Progress | None = None) -> tuple[dict, list[dict]]:
     """Judge every ranked pair of ``prompts`` with a local judge: (report, items).
 
@@ -397,8 +397,7 @@ def judge_bench_locally(prompts: list[Prompt], judge: VerdictScorer, *, ties: bo
         content = {r.id: r.content for r in prompts[j.prompt_index].responses}
         a, b = j.shown
         items.append((prompts[j.prompt_index].prompt, content[a], content[b]))
-    probs = judge.verdict_probabilities(items, ties, token_budget=token_budget, batch_size=batch_size,
-                                        progress=progress)
+    probs = judge.verdict_probabilities(items, ties, batch_size=batch_size, progress=progress)
     for j, p in zip(plan, probs):
         j.verdict = VERDICT_CODES[int(np.argmax(p))]
     stats = {"requests": len({(prompt_key(p), a, b) for p, a, b in items}), "cached": 0}

@@ -46,7 +46,7 @@ def _require_ray():
 
 
 def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: str | Path, *, meta: dict,
-                   load_kwargs: dict, token_budget: int | None = None, batch_size: int = 64,
+                   load_kwargs: dict, batch_size: int = 64,
                    replicas: int | None = None, num_gpus_per_replica: float | None = None,
                    overwrite: bool = False, address: str | None = None,
                    progress: Callable[[int, int], None] | None = None) -> dict:
@@ -54,8 +54,9 @@ def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: st
     cluster, appending rows ``{prompt_id, response_id, score}`` to ``output`` as they come.
 
     ``load_kwargs`` go to :func:`~cheems.scoring.transformers_rm.load_reward_model` in every
-    replica (``dtype``, ``max_length``, ``truncation``, ``trust_remote_code``); the device is
-    chosen here: ``cuda`` (the GPU Ray assigned) for GPU replicas, else ``cpu``.
+    replica (``dtype``, ``max_length``, ``truncation``, ``trust_remote_code``, ``token_budget``:
+    each replica resolves it as it loads, ``auto`` probing its own GPU); the device is chosen
+    here: ``cuda`` (the GPU Ray assigned) for GPU replicas, else ``cpu``.
 
     Connection: when this process is already connected to Ray, that connection is used and
     kept. Otherwise ``address`` goes to ``ray.init``: ``None`` means ``RAY_ADDRESS`` if set,
@@ -98,8 +99,7 @@ def score_with_ray(prompts: Sequence[Prompt], model_path: str | Path, output: st
             gpus_each, n_replicas, cpus_each = _plan_replicas(ray, replicas, num_gpus_per_replica)
             n_replicas = min(n_replicas, len(todo))
             replica_kwargs = {"model_path": str(model_path), "device": "cuda" if gpus_each else "cpu",
-                              "load_kwargs": dict(load_kwargs), "token_budget": token_budget,
-                              "batch_size": batch_size}
+                              "load_kwargs": dict(load_kwargs), "batch_size": batch_size}
             ds = _scoring_dataset(ray, todo, replica_kwargs, n_replicas=n_replicas, gpus_each=gpus_each,
                                   cpus_each=cpus_each, batch_size=batch_size)
             try:
@@ -164,10 +164,9 @@ class RewardModelReplica:
     or had a doubled BOS (on its first row, zeros elsewhere) so the driver can add them up.
     """
 
-    def __init__(self, model_path: str, device: str, load_kwargs: dict, token_budget: int | None, batch_size: int):
+    def __init__(self, model_path: str, device: str, load_kwargs: dict, batch_size: int):
         from cheems.scoring.transformers_rm import load_reward_model
 
-        self.token_budget = token_budget
         self.batch_size = batch_size
         # A bad option is reported from the first call: an error raised here would kill the
         # actor and reach the driver only as text inside an ActorDiedError.
@@ -184,7 +183,7 @@ class RewardModelReplica:
             raise self.error
         items = [(json.loads(p), str(c)) for p, c in zip(batch["prompt"], batch["content"])]
         before = replace(self.rm.stats)
-        scores = self.rm.score(items, token_budget=self.token_budget, batch_size=self.batch_size)
+        scores = self.rm.score(items, batch_size=self.batch_size)
         after = self.rm.stats
         counts = {"truncated": after.truncated - before.truncated,
                   "doubled_bos": after.doubled_bos - before.doubled_bos}

@@ -31,6 +31,7 @@ from typing import Callable, Iterator, Sequence
 import orjson
 
 from cheems.records import CheemsInputError, Prompt
+from cheems.scoring.scorer import ScorerDefaults
 from cheems.settings import check_settings, setting
 
 __all__ = ["RemoteScorer", "RemoteScorerSettings", "base_url", "request_chunks"]
@@ -108,16 +109,15 @@ def _fit(p: Prompt, todo: list, max_responses: int, max_body_bytes: int) -> tupl
     return take, size
 
 
-class RemoteScorer:
-    """A reward model served by ``cheems serve`` at ``url``, scoring rows as a loaded model does.
+class RemoteScorer(ScorerDefaults):
+    """A reward model served by ``cheems serve`` at ``url``, scoring rows as a loaded model does
+    (a :class:`~cheems.scoring.scorer.RewardScorer`: what the server loaded, its layout, limits,
+    token budget and counts, are its own business, so those attributes say "not known here").
 
     ``api_key``: the server's bearer token; ``timeout``: seconds per request; ``batch_rows``:
     rows per request; ``retries``: tries after the first one for a request that cannot connect,
     times out or finds the server busy, waiting ``backoff`` seconds, then twice that, ...
     """
-
-    layout = None  # what the server loaded is its own business; /health says what it tells
-    stats = None
 
     def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 300.0, batch_rows: int = 32,
                  retries: int = 3, backoff: float = 0.5, max_responses: int = 256,
@@ -181,13 +181,15 @@ class RemoteScorer:
         said = raw[:200].decode("utf-8", "replace").strip() or "no message"
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             said = error["message"] + (f" (field {error['field']})" if error.get("field") else "")
-        hint = ""
-        if status == 401:
-            hint = "; give its token with --api-key-file" if not self.api_key else "; is the token right?"
+        hint, remedy = "", None
+        if status == 401 and not self.api_key:
+            remedy = ("api_key_file", "give its token with {}")
+        elif status == 401:
+            hint = "; is the token right?"
         elif status == 404:
             hint = "; is it `cheems serve`?"
         return CheemsInputError(f"the reward server at {self.url} refused {route} with HTTP {status}: "
-                                f"{' '.join(said.split())}{hint}", field="--server")
+                                f"{' '.join(said.split())}{hint}", field="--server", remedy=remedy)
 
     # ------------------------------------------------------------------ scoring
 
@@ -210,11 +212,12 @@ class RemoteScorer:
         return {"server": self.url, "model": self.name,
                 **{k: v for k, v in sorted(h.items()) if k.endswith("fingerprint") and isinstance(v, str)}}
 
-    def score_prompts(self, prompts: Sequence[Prompt], *, done: set | None = None,
+    def score_prompts(self, prompts: Sequence[Prompt], *, batch_size: int | None = None, done: set | None = None,
                       progress: Callable[[int, int], None] | None = None) -> Iterator[list[tuple[str, str, float]]]:
         """Score every response of ``prompts`` not in ``done``, yielding (prompt id, response id,
-        score) per request as :func:`cheems.scoring.transformers_rm.score_prompts` yields them per
-        batch; ``progress(done_responses, total)`` after each request."""
+        score) per request as :func:`cheems.scoring.batching.score_prompts` yields them per
+        batch; ``progress(done_responses, total)`` after each request. ``batch_size`` does not
+        apply: the server forms its own forward batches (``batch_rows`` rows go in a request)."""
         done = done or set()
         total = sum((p.id, r.id) not in done for p in prompts for r in p.responses)
         finished = 0

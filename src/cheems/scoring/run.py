@@ -23,6 +23,7 @@ from cheems.io import ResumableJsonl
 from cheems.records import CheemsInputError, Prompt
 from cheems.scoring.model_settings import ModelSettings
 from cheems.scoring.remote_scorer import RemoteScorer
+from cheems.scoring.scorer import RewardScorer
 
 __all__ = ["ModelScoring", "load_scorer", "model_scores", "put_in_input_order", "responses_fingerprint",
            "score_to_file", "score_with_model", "scores_meta"]
@@ -57,26 +58,23 @@ def scores_meta(prompts: Sequence[Prompt], model_path: str | Path, **settings) -
             **{f"model file {name}_fingerprint": digest for name, digest in digests.items()}}
 
 
-def score_to_file(rm, prompts: Sequence[Prompt], output: str | Path, *, meta: dict, token_budget: int | None = None,
+def score_to_file(rm: RewardScorer, prompts: Sequence[Prompt], output: str | Path, *, meta: dict,
                   batch_size: int = 64, overwrite: bool = False,
                   progress: Callable[[int, int], None] | None = None) -> dict:
-    """Score every response of ``prompts`` with ``rm`` and append rows
-    ``{prompt_id, response_id, score}`` to ``output`` batch by batch.
+    """Score every response of ``prompts`` with ``rm`` (any :class:`~cheems.scoring.scorer.RewardScorer`:
+    a loaded model, or a running server) and append rows ``{prompt_id, response_id, score}`` to
+    ``output`` batch by batch, in forward batches of ``batch_size`` sequences and the token
+    budget ``rm`` resolved when it loaded.
 
     A rerun after a crash skips what the file already holds; ``meta`` (see :func:`scores_meta`)
     must match the first run's, else the run is refused naming what changed (``overwrite``
     starts again; :meth:`cheems.io.ResumableJsonl.check` says so before a model is loaded).
     Returns ``{"scored", "resumed", "total"}``.
     """
-    from cheems.scoring.transformers_rm import score_prompts
-
     with ResumableJsonl(output, meta, overwrite=overwrite) as out:
         done = {(r["prompt_id"], r["response_id"]) for r in out.rows}
         scored = 0
-        batches = (rm.score_prompts(prompts, done=done, progress=progress) if isinstance(rm, RemoteScorer) else
-                   score_prompts(rm, prompts, token_budget=token_budget, batch_size=batch_size, done=done,
-                                 progress=progress))
-        for batch in batches:
+        for batch in rm.score_prompts(prompts, batch_size=batch_size, done=done, progress=progress):
             out.append({"prompt_id": p, "response_id": r, "score": s} for p, r, s in batch)
             scored += len(batch)
     put_in_input_order(output, prompts)
@@ -102,11 +100,13 @@ def put_in_input_order(output: str | Path, prompts: Sequence[Prompt]) -> None:
 
 
 def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Sequence[Prompt],
-                notify: Notify | None = None):
-    """A loaded reward model (transformers or vLLM, as ``settings.backend`` says); with
-    ``settings.check``, its scores are first checked not to depend on batching (an error
-    otherwise). ``notify`` receives the status lines ("loading ...", the check's result)."""
-    from cheems.scoring.transformers_rm import check_batch_invariance, load_reward_model
+                notify: Notify | None = None) -> RewardScorer:
+    """A loaded reward model (transformers or vLLM, as ``settings.backend`` says), its token
+    budget resolved as it loads (``settings.token_budget``: a number, None for the default, or
+    ``auto``); with ``settings.check``, its scores are first checked not to depend on batching
+    (an error otherwise). ``notify`` receives the status lines ("loading ...", the check's result)."""
+    from cheems.scoring.batching import check_batch_invariance
+    from cheems.scoring.transformers_rm import load_reward_model
 
     say = notify or (lambda line: None)
     s = settings
@@ -117,17 +117,17 @@ def load_scorer(path: str | os.PathLike, settings: ModelSettings, prompts: Seque
         rm = load_vllm_reward_model(str(path), max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
                                     tensor_parallel_size=s.tensor_parallel_size,
                                     trust_remote_code=s.trust_remote_code, prefix_caching=s.share_prefix,
-                                    reward_position=s.reward_position)
+                                    reward_position=s.reward_position, token_budget=s.token_budget)
     else:
         rm = load_reward_model(path, device=s.device, dtype=s.dtype, max_length=s.max_length,
                                truncation=s.truncation, trust_remote_code=s.trust_remote_code, packing=s.packing,
                                share_prefix=s.share_prefix, liger_kernels=s.liger_kernels, compile=s.compile,
-                               fixed_shapes=s.fixed_shapes, reward_position=s.reward_position)
+                               fixed_shapes=s.fixed_shapes, reward_position=s.reward_position,
+                               token_budget=s.token_budget)
     if s.check:
         exact = s.backend == "transformers" and str(rm.model.dtype) == "torch.float32"
         tolerance = 1e-3 if exact else 5e-2  # bf16/fp16 kernels round more
-        result = check_batch_invariance(rm, prompts, token_budget=s.token_budget, batch_size=s.batch_size,
-                                        tolerance=tolerance)
+        result = check_batch_invariance(rm, prompts, batch_size=s.batch_size, tolerance=tolerance)
         line = (f"batch invariance: {result['n']} responses alone vs in batches, max |diff| "
                 f"{result['max_abs_diff']:.2e} (relative above 1; tolerance {result['tolerance']:.0e})")
         if not result["ok"]:
@@ -174,7 +174,8 @@ def score_with_model(model: str | os.PathLike | RemoteScorer, prompts: Sequence[
     if ray and output is None:
         raise CheemsInputError("scoring on Ray writes a scores file; give an output file")
     if ray and s.backend != "transformers":
-        raise CheemsInputError("--ray runs the transformers backend; leave out --backend vllm")
+        raise CheemsInputError("Ray runs the transformers backend", field="backend",
+                               remedy=("backend", "leave out {} vllm"))
     layout = None
     if s.backend == "transformers" or output is not None:
         from cheems.models.checkpoints import detect_layout
@@ -182,7 +183,7 @@ def score_with_model(model: str | os.PathLike | RemoteScorer, prompts: Sequence[
         layout = detect_layout(model)  # checks the folder before anything else loads
     total = sum(len(p.responses) for p in prompts)
     if output is None:
-        return _score_in_memory(model, prompts, s, layout, total, progress, notify)
+        return _score_in_memory(model, prompts, s, total, progress, notify)
     chosen = {"reward_position": s.reward_position} if s.reward_position else {}  # else config.json's, fingerprinted
     meta = scores_meta(prompts, model, max_length=s.max_length, truncation=s.truncation, dtype=s.dtype,
                        layout=layout, backend=s.backend, **chosen)
@@ -190,8 +191,8 @@ def score_with_model(model: str | os.PathLike | RemoteScorer, prompts: Sequence[
     if ray:
         return _score_on_ray(model, prompts, s, output, meta, layout, replicas, overwrite, progress)
     rm = load_scorer(model, s, prompts, notify)
-    summary = score_to_file(rm, prompts, output, meta=meta, token_budget=s.token_budget, batch_size=s.batch_size,
-                            overwrite=overwrite, progress=progress)
+    summary = score_to_file(rm, prompts, output, meta=meta, batch_size=s.batch_size, overwrite=overwrite,
+                            progress=progress)
     return ModelScoring(None, summary["scored"], summary["resumed"], total, rm.layout, rm.stats)
 
 
@@ -205,15 +206,12 @@ def _score_remotely(server: RemoteScorer, prompts, output, overwrite: bool, prog
     return ModelScoring(None, summary["scored"], summary["resumed"], total)
 
 
-def _score_in_memory(model, prompts, s: ModelSettings, layout, total: int, progress, notify) -> ModelScoring:
-    from cheems.scoring.transformers_rm import score_prompts
-
+def _score_in_memory(model, prompts, s: ModelSettings, total: int, progress, notify) -> ModelScoring:
     rm = load_scorer(model, s, prompts, notify)
     scores = {}
-    for batch in score_prompts(rm, prompts, token_budget=s.token_budget, batch_size=s.batch_size,
-                               progress=progress):
+    for batch in rm.score_prompts(prompts, batch_size=s.batch_size, progress=progress):
         scores.update(((pid, rid), v) for pid, rid, v in batch)
-    return ModelScoring(scores, len(scores), 0, total, getattr(rm, "layout", layout), rm.stats)
+    return ModelScoring(scores, len(scores), 0, total, rm.layout, rm.stats)
 
 
 def _score_on_ray(model, prompts, s: ModelSettings, output, meta, layout, replicas, overwrite,
@@ -223,9 +221,9 @@ def _score_on_ray(model, prompts, s: ModelSettings, output, meta, layout, replic
     load_kwargs = dict(dtype=s.dtype, max_length=s.max_length, truncation=s.truncation,
                        trust_remote_code=s.trust_remote_code, packing=s.packing, share_prefix=s.share_prefix,
                        liger_kernels=s.liger_kernels, compile=s.compile, fixed_shapes=s.fixed_shapes,
-                       reward_position=s.reward_position)
-    summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs, token_budget=s.token_budget,
-                             batch_size=s.batch_size, replicas=replicas, overwrite=overwrite, progress=progress)
+                       reward_position=s.reward_position, token_budget=s.token_budget)  # resolved by each replica
+    summary = score_with_ray(prompts, model, output, meta=meta, load_kwargs=load_kwargs, batch_size=s.batch_size,
+                             replicas=replicas, overwrite=overwrite, progress=progress)
     put_in_input_order(output, prompts)  # blocks were appended as they finished
     return ModelScoring(None, summary["scored"], summary["resumed"], sum(len(p.responses) for p in prompts),
                         layout, summary.get("stats"), summary["replicas"])

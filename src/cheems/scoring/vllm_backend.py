@@ -22,11 +22,15 @@ from typing import Sequence
 
 from cheems.models.reward_position import UNRECORDED, recorded_reward_position
 from cheems.models.sequences import ConversationEncoder, EncodeStats
-from cheems.records import CheemsInputError, PromptText
+from cheems.records import CheemsInputError, Prompt, PromptText
+from cheems.scoring.batching import resolve_token_budget, score_items, score_prompts
 from cheems.scoring.model_settings import ModelSettings
-from cheems.scoring.transformers_rm import score_items
+from cheems.scoring.scorer import Progress, ScoredRows, ScorerDefaults
 
-__all__ = ["VllmChat", "VllmRewardModel", "load_vllm_chat", "load_vllm_reward_model"]
+__all__ = ["VLLM_TOKEN_BUDGET", "VllmChat", "VllmRewardModel", "load_vllm_chat", "load_vllm_reward_model"]
+
+VLLM_TOKEN_BUDGET = 1 << 20
+"""Tokens handed to vLLM in one call when no budget is given: vLLM schedules its own batches."""
 
 MISSING_EXTRA = "the vLLM backend needs a GPU machine with the vllm extra: pip install 'cheems[vllm]'"
 
@@ -40,9 +44,10 @@ def _require_vllm():
 
 
 @dataclass
-class VllmRewardModel(ConversationEncoder):
+class VllmRewardModel(ConversationEncoder, ScorerDefaults):
     """A sequence-classification reward model in vLLM's pooling runner, scoring the token ids
-    that `ConversationEncoder` makes, as the transformers back-end does."""
+    that `ConversationEncoder` makes, as the transformers back-end does (a
+    :class:`~cheems.scoring.scorer.RewardScorer` and :class:`~cheems.scoring.scorer.SequenceScorer`)."""
 
     llm: object
     tokenizer: object
@@ -52,6 +57,9 @@ class VllmRewardModel(ConversationEncoder):
     layout: str = "seq-cls"
     share_prefix: bool = True  # vLLM's prefix cache is on: keep a prompt's responses together
     reward_position: str = UNRECORDED  # where the reward is read (cheems.models.reward_position)
+    token_budget: int = VLLM_TOKEN_BUDGET  # tokens handed to vLLM in one call, resolved at load
+    token_budget_auto: bool = False
+    name: str = ""  # the model folder's name
     packing = True  # batches are whole prompts (see `scored_batches`); vLLM lays out the sequences itself
 
     def score_ids(self, batch: Sequence[Sequence[int]]) -> list[float]:
@@ -65,38 +73,43 @@ class VllmRewardModel(ConversationEncoder):
         ``layout`` (a prompt's responses) are adjacent, so that its prefix cache serves them."""
         return self.score_ids(seqs)
 
-    def token_budget(self, asked: int | None = None) -> int:
-        """vLLM schedules its own batches: hand it large groups."""
-        return asked if asked not in (None, "auto") else 1 << 20
-
     def max_batch(self, asked: int) -> int:
         """Sequences per call: vLLM forms its own forward batches, so a call takes many."""
         return max(asked, 1 << 16)
 
-    def score(self, items: Sequence[tuple[PromptText, str]], *, token_budget: int | None = None,
-              batch_size: int = 1 << 16) -> list[float]:
+    def score(self, items: Sequence[tuple[PromptText, str]], *, batch_size: int = 1 << 16,
+              token_budget: int | None = None) -> list[float]:
         return score_items(self, items, token_budget=token_budget, batch_size=batch_size)
+
+    def score_prompts(self, prompts: Sequence[Prompt], *, batch_size: int = 64, done: set | None = None,
+                      progress: Progress | None = None) -> ScoredRows:
+        """The scorer interface: :func:`cheems.scoring.batching.score_prompts` with this model."""
+        return score_prompts(self, prompts, batch_size=batch_size, done=done, progress=progress)
 
 
 def load_vllm_reward_model(path: str, *, max_length: int = 2048, truncation: str = "left", dtype: str = "auto",
                            tensor_parallel_size: int = 1, gpu_memory_utilization: float = 0.9,
                            trust_remote_code: bool = False, prefix_caching: bool = True,
-                           reward_position: str | None = None) -> VllmRewardModel:
+                           reward_position: str | None = None,
+                           token_budget: int | str | None = None) -> VllmRewardModel:
     """A sequence-classification reward model in vLLM's pooling runner; with
     ``prefix_caching``, vLLM's automatic prefix caching computes a prompt's tokens once for
     all its responses (the classify task reads only the last token, so cached prefixes serve
     it). ``reward_position`` as for :func:`cheems.scoring.transformers_rm.load_reward_model`
-    (None: the checkpoint's record)."""
+    (None: the checkpoint's record). ``token_budget``: tokens handed to vLLM in one call (None or
+    ``auto``: :data:`VLLM_TOKEN_BUDGET`, vLLM schedules its own batches)."""
     ModelSettings(backend="vllm", dtype=dtype, max_length=max_length, truncation=truncation,
                   trust_remote_code=trust_remote_code, share_prefix=prefix_caching,
-                  reward_position=reward_position)  # one declaration, one check
+                  reward_position=reward_position, token_budget=token_budget)  # one declaration, one check
     rule = reward_position or _recorded(Path(path) / "config.json")
     vllm = _require_vllm()
     llm = vllm.LLM(model=str(path), runner="pooling", dtype=dtype, max_model_len=max_length,
                    tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization,
                    trust_remote_code=trust_remote_code, enable_prefix_caching=prefix_caching)
+    budget, auto = resolve_token_budget(token_budget, VLLM_TOKEN_BUDGET)
     return VllmRewardModel(llm, llm.get_tokenizer(), max_length, truncation, share_prefix=prefix_caching,
-                           reward_position=rule)
+                           reward_position=rule, token_budget=budget, token_budget_auto=auto,
+                           name=Path(path).resolve().name)
 
 
 def _recorded(config_file: Path) -> str:

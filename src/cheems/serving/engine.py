@@ -8,7 +8,7 @@ after it, or with its turn left open scores as the row does. :meth:`ScoringEngin
 sequences and waits; one background task (asyncio) gathers the queue: once a sequence waits,
 it waits up to ``max_wait_ms`` for company (less when the queue already fills a batch), then
 takes sequences in arrival order up to ``max_batch`` sequences and ``token_budget`` tokens and
-scores them with :func:`cheems.scoring.transformers_rm.scored_batches` (packed rows or padded
+scores them with :func:`cheems.scoring.batching.scored_batches` (packed rows or padded
 batches, as the model was loaded) in one worker thread, so the event loop keeps accepting
 requests while the model runs. Requests that arrive meanwhile form the next batch.
 
@@ -63,7 +63,7 @@ class EngineSettings:
     max_batch: int = setting(64, min=1, help="Most sequences in one forward batch (1: no dynamic batching)")
     token_budget: int | str | None = setting(None, min=1, words=("auto",), default_text="1024 on CPU, 16384 on CUDA",
                                              help="Most tokens in one forward batch (packed row, or padded); auto: "
-                                             "the largest batch that fits the GPU, probed at start")
+                                             "the largest batch that fits the GPU, probed as the model loads")
     max_queue: int = setting(32768, min=1, help="Most sequences waiting to be scored (twice --max-queries: "
                              "two whole rollout batches); a request beyond it is refused (503, queue full)")
     truncate: bool = setting(False, help="Cut sequences longer than the model's --max-length (the side "
@@ -110,18 +110,20 @@ class _Request:
 class ScoringEngine:
     """A loaded reward model behind a request queue with dynamic batching (see the module docs).
 
-    ``rm`` is what :func:`cheems.scoring.run.load_scorer` returns (transformers or vLLM): it
-    has ``tokenizer``, ``max_length``, ``truncation``, ``score_ids``, ``score_packed``,
-    ``token_budget`` and ``max_batch``. Use it inside a running event loop: ``await start()``
-    (or ``async with engine``), ``await score(...)``, ``await stop()``.
+    ``rm`` is what :func:`cheems.scoring.run.load_scorer` returns (transformers or vLLM), a
+    :class:`~cheems.scoring.scorer.SequenceScorer` with ``tokenizer``, ``truncation`` and
+    ``position``. A batch takes at most ``settings.token_budget`` tokens when that is a number,
+    else the budget ``rm`` resolved as it loaded (``auto`` is probed then: load the model with
+    it, as :func:`cheems.serving.server.build_reward_app` does). Use it inside a running event
+    loop: ``await start()`` (or ``async with engine``), ``await score(...)``, ``await stop()``.
     """
 
     def __init__(self, rm, settings: EngineSettings | None = None, metrics: ServeMetrics | None = None):
         self.rm = rm
         self.settings = settings or EngineSettings()
         self.metrics = metrics or ServeMetrics()
-        budget = getattr(rm, "token_budget", None)
-        self.token_budget = budget(self.settings.token_budget) if callable(budget) else self.settings.token_budget
+        asked = self.settings.token_budget
+        self.token_budget = asked if isinstance(asked, int) else rm.token_budget
         if self.token_budget is None:
             raise CheemsInputError("this model has no default token budget; give one", field="token_budget")
         self._queue: deque[_Request] = deque()
@@ -383,7 +385,7 @@ class ScoringEngine:
 
     def _forward(self, seqs: list[list[int]], prompt_of: list[int]):
         """(scores in order, [(sequences, tokens, seconds)] per forward batch); in the worker thread."""
-        from cheems.scoring.transformers_rm import scored_batches
+        from cheems.scoring.batching import scored_batches
 
         scores = [0.0] * len(seqs)
         batches = []

@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, TextIO
 
@@ -79,12 +79,13 @@ def build_reward_app(model: str | os.PathLike, model_settings: ModelSettings, en
     from cheems.serving.engine import ScoringEngine
 
     api_key = check_reward_model(model, model_settings, settings)
-    rm = load_scorer(model, model_settings, [], notify)
+    # the engine's token budget is resolved as the model loads (auto: probed once, then)
+    rm = load_scorer(model, replace(model_settings, token_budget=engine_settings.token_budget), [], notify)
     name = settings.served_model_name or Path(model).resolve().name
     engine, drain = ScoringEngine(rm, engine_settings), Drain()
     app = create_app(engine, settings, model_name=name, api_key=api_key, drain=drain,
                      classify_activation=_problem_type(model) != "regression", replica=replica)
-    return RewardApp(app, name, getattr(rm, "layout", None), rm.max_length, api_key is not None, drain,
+    return RewardApp(app, name, rm.layout, rm.max_length, api_key is not None, drain,
                      engine.metrics, rm.position.describe(), model_settings.device)
 
 

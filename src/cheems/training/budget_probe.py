@@ -56,7 +56,7 @@ def training_token_budget(config: TrainConfig, accelerator, module, lengths: Seq
         return None  # CPU: memory is seldom the bound; the micro batch size caps a batch
     kind = accelerator.distributed_type.value
     if kind in ("DEEPSPEED", "FSDP"):
-        raise CheemsInputError(f"--token-budget auto probes one unsharded GPU; under {kind} give a number",
+        raise CheemsInputError(f"the automatic token budget probes one unsharded GPU; under {kind} give a number",
                                field="token_budget")
     trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
     budget, probes = _probe(accelerator, module, max(lengths), config.micro_batch_size, step_loss, trainable, below)

@@ -44,6 +44,7 @@ from cheems.models.checkpoints import quiet_transformers, unwrap_peft
 from cheems.models.memory_budget import AUTO, out_of_memory_said
 from cheems.models.sequences import device_tensor
 from cheems.models.threads import use_available_cores
+from cheems.records import Notice, Setting
 from cheems.training.batching import greedy_prompt_batches
 from cheems.training.config import TrainConfig
 from cheems.training.evaluation import batch_rewards, score_in_shares
@@ -255,8 +256,9 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
     data = encode_judge_data(prompts, tokenizer, template, ties=config.judge_ties, max_length=config.max_length,
                              truncate=config.truncate)
     if notify is not None and data.dropped:
-        notify(f"warning: {data.dropped} judge prompt(s) are longer than max_length {config.max_length} tokens "
-               "and are left out (raise --max-length, or --truncate to keep their last tokens)")
+        notify(Notice(f"warning: {data.dropped} judge prompt(s) are longer than ", Setting("max_length"),
+                      f" {config.max_length} tokens and are left out (raise ", Setting("max_length"), ", or turn on ",
+                      Setting("truncate"), " to keep their last tokens)"))
     eval_set = encode_judge_eval_set(config.eval, tokenizer, template, ties=config.judge_ties,
                                      max_length=config.max_length, skip_invalid=config.skip_invalid, notify=notify)
     lengths = [len(x) for x in data.ids]

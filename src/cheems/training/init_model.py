@@ -59,7 +59,7 @@ def tokenizer_texts(paths: Sequence[str | os.PathLike], *, skip_invalid: bool = 
                 texts.append(p.prompt_text)
                 texts.extend(r.content for r in p.responses)
     if not texts:
-        raise CheemsInputError("no text to train the tokenizer on", field="--tokenizer-from")
+        raise CheemsInputError("no text to train the tokenizer on", field="tokenizer_from")
     return texts
 
 

@@ -135,8 +135,8 @@ def encode_judge_data(prompts: list[Prompt], tokenizer, template: VerdictTemplat
     verdict question stays). Raises CheemsInputError when nothing is left to train on."""
     examples = judge_examples(prompts, template, ties=ties)
     if not examples:
-        raise CheemsInputError("no training pairs: no prompt has a strict ranking or comparison"
-                               + ("" if ties else " (ties train only with --judge-ties)"), field="rank")
+        raise CheemsInputError("no training pairs: no prompt has a strict ranking or comparison", field="rank",
+                               remedy=None if ties else ("judge_ties", "ties train only with {}"))
     stats = EncodeStats()
     encoded = encode_judge_prompts(tokenizer, [e.messages for e in examples], stats=stats,
                                    max_length=max_length if truncate else 1 << 62)

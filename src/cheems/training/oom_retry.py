@@ -135,7 +135,7 @@ class MemoryCap:
         new = smaller_budget(min(budget, tokens) if budget else tokens)
         self.lowered = True
         if self.notify is not None:
-            at = f"at token budget {budget} (found by --token-budget auto)" if budget else "with no token budget"
+            at = f"at token budget {budget} (found by probing)" if budget else "with no token budget"
             self.notify(f"note: out of GPU memory on a forward batch of {tokens} tokens {at} at step {step}; going on "
                         f"at token budget {new} (the step is done again in smaller forward batches, on the same pairs)")
         return new

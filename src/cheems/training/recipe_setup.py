@@ -29,7 +29,7 @@ from cheems.models.packing import use_packed_attention
 from cheems.models.reward_position import (CONFIG_KEY, TRAINED, UNRECORDED, record_reward_position,
                                            recorded_reward_position)
 from cheems.models.threads import use_available_cores
-from cheems.records import CheemsInputError
+from cheems.records import CheemsInputError, Notice, Setting
 from cheems.training.batching import batch_stats, greedy_prompt_batches
 from cheems.training.budget_probe import token_budget_per_process, training_token_budget
 from cheems.training.config import TrainConfig
@@ -121,7 +121,7 @@ def ready_for_training(model, path, *, gradient_checkpointing: bool, packing: bo
         enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
         enable()
     if packing and not use_packed_attention(model):
-        raise CheemsInputError(f"{type(model).__name__} cannot run packed batches; train with --no-packing",
+        raise CheemsInputError(f"{type(model).__name__} cannot run packed batches; train without packing",
                                file=str(path))
     if liger_kernels:
         from cheems.models.kernels import use_liger_kernels
@@ -299,9 +299,10 @@ def setup_run(config: TrainConfig, notify: Notify | None = None, *,
     data = encode_training_data(prompts, tokenizer, max_length=config.max_length, truncate=config.truncate,
                                 lm_targets=config.objective == "dual", reward_position=position)
     if notify is not None and data.dropped > DROPPED_WARNING_SHARE * data.n_sequences:
-        notify(f"warning: {data.dropped} of {data.n_sequences} sequence(s) "
-               f"({data.dropped / data.n_sequences:.1%}) are longer than max_length {config.max_length} tokens and "
-               f"are left out with their pairs (raise --max-length, or --truncate to keep their last tokens)")
+        notify(Notice(f"warning: {data.dropped} of {data.n_sequences} sequence(s) "
+                      f"({data.dropped / data.n_sequences:.1%}) are longer than ", Setting("max_length"),
+                      f" {config.max_length} tokens and are left out with their pairs (raise ", Setting("max_length"),
+                      ", or turn on ", Setting("truncate"), " to keep their last tokens)"))
     eval_set = encode_eval_set(config.eval, tokenizer, max_length=config.max_length, skip_invalid=config.skip_invalid,
                                notify=notify, reward_position=position)
     module = _reward_module(model, config)

@@ -22,6 +22,7 @@ import math
 import warnings
 from typing import Callable
 
+from cheems.records import Notice, Setting
 from cheems.training.config import TrainConfig
 
 __all__ = ["FEW_STEPS", "FewStepsWarning", "few_steps_note", "planned_steps", "say_few_steps"]
@@ -90,19 +91,22 @@ def few_steps_note(config: TrainConfig, batches: int, batches_at: Callable[[int]
     steps = per_epoch * config.epochs
     if steps >= enough:
         return None
-    ways = []
+    ways: list[tuple[str, str]] = []  # (setting, "value (steps)")
     found = _accumulation_for_more(config, batches, enough)
     if found is not None:
-        ways.append(f"--gradient-accumulation {found[0]} ({found[1]} steps)")
+        ways.append(("gradient_accumulation", f" {found[0]} ({found[1]} steps)"))
     found = _micro_batch_for_more(config, batches_at, steps, enough, smallest_micro_batch)
     if found is not None:
-        ways.append(f"--micro-batch-size {found[0]} ({found[1]} steps)")
+        ways.append(("micro_batch_size", f" {found[0]} ({found[1]} steps)"))
     epochs = math.ceil(enough / per_epoch)
-    ways.append(f"--epochs {epochs} ({epochs * per_epoch} steps)")
-    return (f"note: {steps} optimizer step(s) planned ({config.epochs} epoch(s) x {per_epoch}, each step "
-            f"{config.gradient_accumulation} forward batch(es) of up to {config.micro_batch_size} sequences), "
-            f"under about {enough} for --objective {config.objective}: {_WHY[config.objective]} (docs/training.md, "
-            f"\"How many steps\"). More steps: {', '.join(ways[:-1])}{' or ' if len(ways) > 1 else ''}{ways[-1]}")
+    ways.append(("epochs", f" {epochs} ({epochs * per_epoch} steps)"))
+    pieces = [f"note: {steps} optimizer step(s) planned ({config.epochs} epoch(s) x {per_epoch}, each step "
+              f"{config.gradient_accumulation} forward batch(es) of up to {config.micro_batch_size} sequences), "
+              f"under about {enough} for ", Setting("objective"), f" {config.objective}: "
+              f"{_WHY[config.objective]} (docs/training.md, \"How many steps\"). More steps: "]
+    for i, (name, value) in enumerate(ways):
+        pieces += [", " if 0 < i < len(ways) - 1 else " or " if i else "", Setting(name), value]
+    return Notice(*pieces)
 
 
 def say_few_steps(config: TrainConfig, batches: int, batches_at: Callable[[int], int],

@@ -459,7 +459,7 @@ def _set_up_and_train(config: TrainConfig, progress: Progress | None, notify: No
             below, run = again.budget, None
             if notify is not None:
                 notify(f"note: out of GPU memory on a forward batch of {again.tokens} tokens at token budget "
-                       f"{again.budget} (found by --token-budget auto) before the first step; probing again under it")
+                       f"{again.budget} (found by probing) before the first step; probing again under it")
 
 
 class _ProbeAgain(Exception):

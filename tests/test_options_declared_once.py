@@ -1,0 +1,156 @@
+"""Every option of every command, with the settings class and field it comes from.
+
+A setting is declared once (:mod:`cheems.common_settings` and the other settings classes) and
+the commands that take it get its option generated (:func:`cheems.cli.flags.settings_flags`).
+What is counted as hand-typed: each ``typer.Option(`` call written in the source of
+``src/cheems/cli/`` outside :mod:`cheems.cli.flags` (the generator itself). Positional arguments
+(``typer.Argument``) are not options and are not counted. Each hand-typed option that remains
+is listed below with the reason it is not a setting.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import typer.main
+
+from cheems.cli import app
+from cheems.cli.flags import FLAGS_OF, NO_VALUE
+
+CLI = Path(__file__).resolve().parents[1] / "src" / "cheems" / "cli"
+MOST_HAND_TYPED = 40
+
+HAND_TYPED = {
+    ("eval", "--one-order"): "the opposite switch of curate judge's --both-orders, the default of each differs",
+    ("score", "--ray"): "a switch here, an address in experiment run: two meanings of one word, each in one command",
+    ("score", "--replicas"): "Ray replicas of a scoring run (serve's --replicas are processes of a server)",
+    ("bon", "--gold"): "gold scores of candidates (annotate import's --gold are gold prompts)",
+    ("bon", "-n"): "a list of n, parsed by the command",
+    ("bon", "--baseline"): "one command's argument: the id of the baseline response",
+    ("correlate", "--downstream"): "one command's required input file",
+    ("report", "--lang"): "one command's page language",
+    ("report", "--title"): "one command's page title",
+    ("curate judge", "--both-orders"): "see eval --one-order",
+    ("curate debias", "--tolerance"): "one command's knob",
+    ("curate merge", "--human"): "one command's required inputs",
+    ("curate merge", "--judge"): "judge-annotated input files (JudgeConfig's --judge names a judge model)",
+    ("curate merge", "--keep-human-annotations"): "one command's switch",
+    ("analyze bias", "--bins"): "a list of edges, parsed by the command",
+    ("tasks", "--design"): "one command's choice",
+    ("rank", "--keep-comparisons"): "one command's switch",
+    ("validate", "--all"): "one command's switch",
+    ("data get", "--split"): "the dataset request of data get",
+    ("data get", "--config"): "a hub config name (other commands' --config is a YAML file)",
+    ("data get", "--option"): "the dataset request of data get",
+    ("data get", "--revision"): "the dataset request of data get",
+    ("data get", "--limit"): "the dataset request of data get",
+    ("data get", "--source"): "the dataset request of data get",
+    ("annotate add-user", "--role"): "the new account's role",
+    ("annotate add-user", "--categories"): "the new account's categories",
+    ("annotate add-user", "--password-stdin"): "how the password is read",
+    ("annotate import", "--overlap"): "one command's knob",
+    ("annotate import", "--gold"): "see bon --gold",
+    ("annotate status", "--json"): "a switch printing JSON to stdout (other commands' --json is a file to write)",
+    ("annotate study list", "--json"): "see annotate status --json",
+    ("init-model", "--tokenizer-from"): "one command's required inputs",
+    ("init-model", "--size"): "one command's choice",
+    ("init-model", "--head"): "one command's choice",
+    ("init-model", "--vocab-size"): "one command's knob",
+    ("convert", "--dtype"): "the saved checkpoint's dtype, default the source's (ModelSettings' is how to run)",
+    ("experiment run", "--ray"): "see score --ray",
+}
+"""Each hand-typed option, by command and flag, and why it is not a generated setting."""
+
+SHARED_IN_LIBRARY = {
+    "--seed": "the seed of a run: TrainConfig, SampleConfig, JudgeConfig, WorkflowSettings and StatisticsSettings",
+    "--output": "what a run writes: TrainConfig (YAML key too) and OutputSettings",
+    "--skip-invalid": "TrainConfig (YAML key too) and ReadSettings",
+    "--max-length": "TrainConfig and ModelSettings",
+    "--token-budget": "TrainConfig, ModelSettings and EngineSettings",
+    "--packing": "TrainConfig and ModelSettings",
+    "--share-prefix": "TrainConfig and ModelSettings",
+    "--liger-kernels": "TrainConfig and ModelSettings",
+    "--compile": "TrainConfig and ModelSettings",
+    "--model": "TrainConfig's starting checkpoint and ScorerSettings' reward model",
+    "--concurrency": "SampleConfig and JudgeConfig (requests to endpoints)",
+    "--max-reply-bytes": "SampleConfig and JudgeConfig (requests to endpoints)",
+    "--cache": "SampleConfig and JudgeConfig (the reply cache)",
+    "--host": "the reward server's ServeSettings and the annotation server's ServerSettings",
+    "--port": "the reward server's ServeSettings and the annotation server's ServerSettings",
+    "--api-key-file": "the file of a bearer token: ServeSettings (asked) and RemoteScorerSettings (sent)",
+    "--judge-language": "the judge prompt's language: JudgeModelSettings and TrainConfig (generative)",
+    "--judge-ties": "tied pairs as a third verdict: JudgeModelSettings and TrainConfig (generative)",
+}
+"""Flags that are still one setting declared in two library configs (each its own YAML section),
+with the classes: the next ones to move into :mod:`cheems.common_settings`."""
+
+
+def walk(command, path: tuple[str, ...] = ()):
+    if hasattr(command, "commands"):
+        for name, sub in command.commands.items():
+            yield from walk(sub, path + (name,))
+    else:
+        yield path, command
+
+
+COMMANDS = dict(walk(typer.main.get_command(app)))
+
+
+def specs_of(command):
+    fn = inspect.unwrap(command.callback)
+    return FLAGS_OF.get(f"{fn.__module__}.{fn.__qualname__}", [])
+
+
+def every_option() -> dict[tuple[str, str], str]:
+    """(command, flag) -> "Class.field" for a generated option, "hand-typed" for the others."""
+    found = {}
+    for path, command in COMMANDS.items():
+        generated = {s.flag: s for s in specs_of(command)}
+        for p in command.params:
+            if p.param_type_name != "option":
+                continue
+            name = max(p.opts, key=len)
+            spec = generated.get(name)
+            found[(" ".join(path), name)] = f"{spec.cls.__name__}.{spec.field}" if spec else "hand-typed"
+    return found
+
+
+def test_every_option_is_listed_with_its_settings_class_or_its_reason():
+    options = every_option()
+    hand = {key for key, source in options.items() if source == "hand-typed"}
+    assert hand - set(HAND_TYPED) == set(), "a hand-typed option: declare it in a settings class, or give a reason"
+    assert set(HAND_TYPED) - hand == set(), "an option listed as hand-typed is generated now (or gone)"
+    assert len(options) > 300 and sum(s != "hand-typed" for s in options.values()) > 250
+
+
+def test_at_most_40_hand_typed_options_in_the_cli_source():
+    calls = sum(len(re.findall(r"\btyper\.Option\(", f.read_text(encoding="utf-8")))
+                for f in CLI.glob("*.py") if f.name != "flags.py")
+    assert calls <= MOST_HAND_TYPED
+    assert len(HAND_TYPED) <= MOST_HAND_TYPED
+
+
+def test_a_flag_name_means_one_setting_everywhere():
+    """One flag name, one (declaring class, field), across every command; the flags still declared in
+    two library configs are listed with their classes."""
+    meanings: dict[str, set[tuple[str, str]]] = {}
+    for command in COMMANDS.values():
+        for s in specs_of(command):
+            meanings.setdefault(s.flag, set()).add((s.cls.__name__, s.field))
+    shared = {flag for flag, m in meanings.items() if len(m) > 1}
+    assert shared - set(SHARED_IN_LIBRARY) == set(), {f: meanings[f] for f in shared - set(SHARED_IN_LIBRARY)}
+    assert set(SHARED_IN_LIBRARY) - shared == set(), "listed as shared, but one setting now: take it off the list"
+    clash = {flag for _, flag in HAND_TYPED} & set(meanings)  # a hand-typed flag that is also a setting's name
+    assert clash == {"--config", "--dtype", "--json", "--judge", "--replicas"}, "each has its reason in HAND_TYPED"
+
+
+def test_truncate_and_truncation_are_one_setting():
+    options = every_option()
+    assert {source for (cmd, flag), source in options.items() if flag == "--truncation"} == {
+        "TruncationSettings.truncation"}
+    assert {cmd for (cmd, flag) in options if flag == "--truncate"} == {"train", "serve"}  # hidden old spelling
+    for cmd in ("train", "serve"):
+        alias = [s for s in specs_of(COMMANDS[tuple(cmd.split())]) if s.flag == "--truncate"]
+        assert alias and alias[0].alias_value == "left" and alias[0].alias_value is not NO_VALUE
