@@ -288,7 +288,7 @@ def test_the_flag_is_offered(tmp_path, command):
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--fixed-shapes", "--no-packing"], "--fixed-shapes pads packed rows: it needs packing"),
+    (["--fixed-shapes", "--no-packing"], "--fixed-shapes pads packed rows: it needs --packing on"),
     (["--backend", "vllm", "--compile", "--fixed-shapes"], "--compile, --fixed-shapes apply to the transformers backend"),
     (["--backend", "vllm", "--liger-kernels"], "--liger-kernels apply to the transformers backend"),
 ])

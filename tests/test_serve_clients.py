@@ -177,12 +177,12 @@ def test_server_with_a_model_or_scores_is_refused_in_one_line(tmp_path, bench, s
     url = "http://127.0.0.1:9"
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--server", url,
                                      "--model", seq_cls_model))
-    assert "give exactly one of scores (a file), model (a folder) or server (a URL)" in line
+    assert "give exactly one of --scores (a file), --model (a folder) or --server (a URL)" in line
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--server", url, "--scores", gold))
-    assert "server (a URL)" in line
+    assert "--server (a URL)" in line
     line = one_error_line(run_cli_in(tmp_path, "curate", "resolve", sample_annotations / "open.jsonl",
                                      "--server", url, "--rm", seq_cls_model, "-o", "o.jsonl"))
-    assert "model (rm) or a server of it (server)" in line
+    assert "model (--rm) or a server of it (--server)" in line
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--scores", gold,
                                      "--api-key-file", gold))
     assert "--api-key-file goes with --server URL" in line

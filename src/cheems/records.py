@@ -52,6 +52,11 @@ class CheemsInputError(ValueError):
         self.remedy = remedy
         super().__init__(str(self))
 
+    @classmethod
+    def about(cls, setting: str, message: str, **kw) -> "CheemsInputError":
+        """A bad value of ``setting``: ``setting: message``, the setting named as :meth:`render` names it."""
+        return cls(message, field=Setting(setting), **kw)
+
     def located(self, *, file: str | None = None, line: int | None = None) -> "CheemsInputError":
         """The same error with file/line filled in where they were unknown."""
         return CheemsInputError(self.message, file=self.file or file,
@@ -66,7 +71,8 @@ class CheemsInputError(ValueError):
             where = self.file + (f":{self.line}" if self.line is not None else "") + ": "
         elif self.line is not None:
             where = f"line {self.line}: "
-        what = f"{self.field}: " if self.field else ""
+        field = name_of(self.field) if name_of and isinstance(self.field, Setting) else self.field
+        what = f"{field}: " if field else ""
         tail = ""
         if self.remedy is not None:
             setting, text = self.remedy

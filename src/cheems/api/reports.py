@@ -40,8 +40,8 @@ def read_eval_report(path: str | os.PathLike) -> dict:
 
     report = read_json(path)
     if not isinstance(report, dict) or "subsets" not in report:
-        raise CheemsInputError("not an evaluation report (the report cheems.evaluate makes and `cheems eval --json` "
-                               "writes)", file=str(path))
+        raise CheemsInputError("not an evaluation report (the report cheems.evaluate makes, which `cheems eval` "
+                               "writes as JSON)", file=str(path))
     try:
         check_ties(report.get("ties", "official"))
     except CheemsInputError as e:
@@ -56,7 +56,7 @@ def read_items(report_path: str | os.PathLike) -> list[dict]:
     path = sidecar(report_path, "items")
     if not path.exists():
         raise CheemsInputError(f"no per-prompt items beside it ({path.name}): write the report with its items (as "
-                               "a current `cheems eval --json` does)", file=str(report_path))
+                               "cheems.evaluate's report and a current `cheems eval` do)", file=str(report_path))
     rows = []
     with open(path, encoding="utf-8") as f:
         for k, line in enumerate(f, 1):

@@ -236,6 +236,6 @@ def build_settings(cls, given: dict, *, config: str | os.PathLike | None = None,
     except CheemsInputError as e:
         key = e.field[len(prefix):] if e.field and e.field.startswith(prefix) else e.field
         if key in given:  # the flag's value, not the file's
-            raise CheemsInputError(e.message, field=flags.get(key, flag_name(key))) from None
+            raise CheemsInputError(e.message, field=flags.get(key, flag_name(key)), remedy=e.remedy) from None
         raise
     return settings

@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from cheems.metrics import quantile_interval
-from cheems.records import CheemsInputError, Prompt, prompt_key
+from cheems.records import CheemsInputError, Notice, Prompt, Setting, prompt_key
 
 __all__ = ["best_of_n_curve", "best_of_n_files", "expected_best_of_n", "judged_win_rate", "locally_judged_win_rate",
            "pick_weights"]
@@ -160,9 +160,11 @@ def _check_request(scores, model, server, gold, judge, judge_model, baseline, na
     """The arguments of :func:`best_of_n_files` that do not go together, each one error; the judge
     model's folder checked before any work."""
     if sum(x is not None for x in (scores, model, server)) != 1:
-        raise CheemsInputError("give exactly one of scores (a file), model (a folder) or server (a URL)")
+        raise CheemsInputError(Notice("give exactly one of ", Setting("scores"), " (a file), ", Setting("model"),
+                                      " (a folder) or ", Setting("server"), " (a URL)"))
     if judge is not None and judge_model is not None:
-        raise CheemsInputError("give one judge: judge (an API) or judge_model (a local model's folder)")
+        raise CheemsInputError(Notice("give one judge: ", Setting("judge"), " (an API) or ", Setting("judge_model"),
+                                      " (a local model's folder)"))
     judged = judge is not None or judge_model is not None
     if gold is None and not judged:
         raise CheemsInputError("give gold (a file), or judge (or judge_model) with baseline (a response id), or both")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cheems.models.reward_position import REWARD_POSITIONS
-from cheems.records import CheemsInputError
+from cheems.records import CheemsInputError, Notice, Setting
 from cheems.settings import check_settings, setting
 
 __all__ = ["BACKENDS", "DEVICE_PATTERN", "ModelSettings", "TRUNCATION_SIDES"]
@@ -65,11 +65,13 @@ class ModelSettings:
     def __post_init__(self) -> None:
         check_settings(self)
         if self.fixed_shapes and not self.packing:
-            raise CheemsInputError("--fixed-shapes pads packed rows: it needs packing (leave out --no-packing)",
-                                   field="fixed_shapes")
+            raise CheemsInputError(Notice(Setting("fixed_shapes"), " pads packed rows: it needs ", Setting("packing"),
+                                          " on"), field="fixed_shapes")
         if self.backend == "vllm":
-            kernels = [flag for flag, on in (("--liger-kernels", self.liger_kernels), ("--compile", self.compile),
-                                             ("--fixed-shapes", self.fixed_shapes)) if on]
+            kernels = [Setting(name) for name, on in (("liger_kernels", self.liger_kernels), ("compile", self.compile),
+                                                      ("fixed_shapes", self.fixed_shapes)) if on]
             if kernels:
-                raise CheemsInputError(f"{', '.join(kernels)} apply to the transformers backend; vLLM runs its own "
-                                       "kernels and compilation (leave them out with --backend vllm)", field="backend")
+                named = [piece for k in kernels for piece in (", ", k)][1:]
+                raise CheemsInputError(Notice(*named, " apply to the transformers backend; vLLM runs its own kernels "
+                                              "and compilation (leave them out with ", Setting("backend"), " vllm)"),
+                                       field="backend")

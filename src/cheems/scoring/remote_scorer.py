@@ -30,7 +30,7 @@ from typing import Callable, Iterator, Sequence
 
 import orjson
 
-from cheems.records import CheemsInputError, Prompt
+from cheems.records import CheemsInputError, Prompt, Setting
 from cheems.scoring.scorer import ScorerDefaults
 from cheems.settings import check_settings, setting
 
@@ -66,7 +66,7 @@ def base_url(url: str) -> str:
             text = text[: -len(route)]
     parts = urllib.parse.urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise CheemsInputError(f"not a server URL: {url!r} (give http://HOST:PORT)", field="--server")
+        raise CheemsInputError(f"not a server URL: {url!r} (give http://HOST:PORT)", field=Setting("server"))
     return text
 
 
@@ -158,7 +158,7 @@ class RemoteScorer(ScorerDefaults):
                 if attempt >= self.retries:
                     tries = f"{attempt + 1} time{'s' if attempt else ''}"
                     raise CheemsInputError(f"cannot reach the reward server at {self.url}: {why} (tried {tries})",
-                                           field="--server") from None
+                                           field=Setting("server")) from None
             time.sleep(min(self.backoff * 2 ** attempt, 30.0))
             attempt += 1
 
@@ -169,7 +169,7 @@ class RemoteScorer(ScorerDefaults):
             value = None
         if not isinstance(value, dict):
             raise CheemsInputError(f"the server at {self.url} answered {route} with no JSON object: "
-                                   f"{raw[:80]!r}; is it `cheems serve`?", field="--server")
+                                   f"{raw[:80]!r}; is it `cheems serve`?", field=Setting("server"))
         return value
 
     def _refused(self, route: str, status: int, raw: bytes) -> CheemsInputError:
@@ -189,7 +189,7 @@ class RemoteScorer(ScorerDefaults):
         elif status == 404:
             hint = "; is it `cheems serve`?"
         return CheemsInputError(f"the reward server at {self.url} refused {route} with HTTP {status}: "
-                                f"{' '.join(said.split())}{hint}", field="--server", remedy=remedy)
+                                f"{' '.join(said.split())}{hint}", field=Setting("server"), remedy=remedy)
 
     # ------------------------------------------------------------------ scoring
 
@@ -248,7 +248,7 @@ class RemoteScorer(ScorerDefaults):
                 score = got.get((row["id"], r["id"]))
                 if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
                     raise CheemsInputError(f"the reward server at {self.url} gave no score for response {r['id']!r} "
-                                           f"of prompt {row['id']!r} (got {score!r})", field="--server")
+                                           f"of prompt {row['id']!r} (got {score!r})", field=Setting("server"))
                 out.append((row["id"], r["id"], float(score)))
         return out
 

@@ -65,15 +65,14 @@ def read_api_key(path: str | os.PathLike) -> str:
         mode = f.stat().st_mode
         text = f.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise CheemsInputError(f"no such file: {f}", field="--api-key-file") from None
+        raise CheemsInputError.about("api_key_file", f"no such file: {f}") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise CheemsInputError(f"cannot read {f}: {e}", field="--api-key-file") from None
+        raise CheemsInputError.about("api_key_file", f"cannot read {f}: {e}") from None
     if os.name == "posix" and mode & stat.S_IROTH:
-        raise CheemsInputError(f"{f} is readable by every user; make it private (chmod 600 {f})",
-                               field="--api-key-file")
+        raise CheemsInputError.about("api_key_file", f"{f} is readable by every user; make it private (chmod 600 {f})")
     token = text.strip()
     if not token:
-        raise CheemsInputError(f"{f} is empty; write the token into it", field="--api-key-file")
+        raise CheemsInputError.about("api_key_file", f"{f} is empty; write the token into it")
     if any(c.isspace() for c in token):
-        raise CheemsInputError(f"{f} holds more than one word; the token is one word", field="--api-key-file")
+        raise CheemsInputError.about("api_key_file", f"{f} holds more than one word; the token is one word")
     return token
