@@ -150,8 +150,13 @@ def test_two_replicas_score_as_cheems_score_and_both_answer(server, rows, expect
         assert reward.status_code == 200 and close(scores_of(reward, "/get_reward"), expected), reward.text
         text = httpx.get(server.url + "/metrics", timeout=HANG_TIMEOUT_S).text
         (index, pid), = PID_IN_METRICS.findall(text)
-        found = re.search(r'^cheems_serve_requests_total\{route="/v1/score",status="200"\} (\S+)$', text, re.M)
-        scored_by[int(pid)] = float(found.group(1)) if found else 0.0
+        found = re.search(r'^cheems_serve_requests_total\{replica="(\d+)",route="/v1/score",status="200"\} (\S+)$',
+                          text, re.M)
+        assert found is None or found.group(1) == index  # each replica's series carry its index
+        samples = [line for line in text.splitlines() if line and not line.startswith("#")
+                   and not line.startswith("cheems_serve_replica{")]
+        assert all(f'replica="{index}"' in line for line in samples), text
+        scored_by[int(pid)] = float(found.group(2)) if found else 0.0
         if len(scored_by) == 2 and all(scored_by.values()):
             break
     assert len(scored_by) == 2 and all(scored_by.values()), scored_by
@@ -216,7 +221,8 @@ def test_sigterm_drains_every_replica_and_exits_0(tmp_path, seq_cls_model, rende
     held = socket.create_connection((host, int(port)))  # a request in flight: its body sent half
     held.sendall(b"POST /get_reward HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                  b"content-length: %d\r\n\r\n" % len(body) + body[:10])
-    wait_until(lambda: "cheems_serve_requests_in_flight 2\n" in httpx.get(s.url + "/metrics").text,
+    wait_until(lambda: re.search(r'^cheems_serve_requests_in_flight\{replica="\d+"\} 2$',
+                                 httpx.get(s.url + "/metrics").text, re.M) is not None,
                "the held request never reached a replica")  # the scrape and the held request
     s.proc.send_signal(signal.SIGTERM)
     index = s.wait_for_line(r"replica (\d): stopping on SIGTERM: 1 request in flight; /health answers 503").group(1)

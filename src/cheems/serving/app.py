@@ -86,6 +86,8 @@ def create_app(engine: ScoringEngine, settings: ServeSettings, *, model_name: st
     tokenizing = {}
     drain = drain if drain is not None else Drain()
     which = {} if replica is None else {"replica": {"index": replica[0], "pid": replica[1]}}
+    if replica is not None:  # each replica's series apart: replica="i" on every sample
+        engine.metrics.labels = (("replica", str(replica[0])),)
 
     @asynccontextmanager
     async def lifespan(app):

@@ -63,7 +63,8 @@ class ServeMetrics:
     :meth:`observe_batch` per forward batch, :meth:`set_queue_depth` and :meth:`count_truncated`.
     """
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock=time.monotonic, labels: tuple[tuple[str, str], ...] = ()):
+        self.labels = labels  # on every sample: ``(("replica", "0"),)`` for one of several replicas
         self._lock = threading.Lock()
         self._clock = clock
         self._requests: dict[tuple, int] = {}  # (route, status) -> requests
@@ -132,23 +133,24 @@ class ServeMetrics:
 
     def prometheus_text(self) -> str:
         """Every metric in the Prometheus text exposition format (version 0.0.4)."""
+        own = self.labels
         with self._lock:
             lines: list[str] = []
             _family(lines, "cheems_serve_requests_total", "counter", "HTTP requests answered, by route and status",
-                    [_sample("cheems_serve_requests_total", k, v) for k, v in sorted(self._requests.items())])
+                    [_sample("cheems_serve_requests_total", own + k, v) for k, v in sorted(self._requests.items())])
             _family(lines, "cheems_serve_request_duration_seconds", "histogram",
                     "Seconds from a request's arrival to its answer, by route",
                     [s for k, h in sorted(self._latency.items())
-                     for s in h.samples("cheems_serve_request_duration_seconds", k)])
+                     for s in h.samples("cheems_serve_request_duration_seconds", own + k)])
             _family(lines, "cheems_serve_requests_in_flight", "gauge",
                     "Requests being read, scored or answered (this scrape among them)",
-                    [_sample("cheems_serve_requests_in_flight", (), self.in_flight)])
+                    [_sample("cheems_serve_requests_in_flight", own, self.in_flight)])
             _family(lines, "cheems_serve_queue_depth", "gauge", "Sequences waiting for a forward batch",
-                    [_sample("cheems_serve_queue_depth", (), self.queue_depth)])
+                    [_sample("cheems_serve_queue_depth", own, self.queue_depth)])
             _family(lines, "cheems_serve_batch_sequences", "histogram", "Sequences in each forward batch",
-                    list(self._batch_sizes.samples("cheems_serve_batch_sequences", ())))
+                    list(self._batch_sizes.samples("cheems_serve_batch_sequences", own)))
             _family(lines, "cheems_serve_forward_seconds", "histogram", "Seconds each forward batch ran",
-                    list(self._forward.samples("cheems_serve_forward_seconds", ())))
+                    list(self._forward.samples("cheems_serve_forward_seconds", own)))
             for name, kind, text, value in (
                     ("cheems_serve_sequences_total", "counter", "Sequences scored", self.sequences),
                     ("cheems_serve_tokens_total", "counter", "Tokens scored", self.tokens),
@@ -156,7 +158,7 @@ class ServeMetrics:
                      self._throughput()),
                     ("cheems_serve_truncated_total", "counter", "Sequences cut to the model's max length",
                      self.truncated)):
-                _family(lines, name, kind, text, [_sample(name, (), value)])
+                _family(lines, name, kind, text, [_sample(name, own, value)])
             return "\n".join(lines) + "\n"
 
 
