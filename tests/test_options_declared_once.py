@@ -14,10 +14,8 @@ import inspect
 import re
 from pathlib import Path
 
-import typer.main
-
-from cheems.cli import app
 from cheems.cli.flags import FLAGS_OF, NO_VALUE
+from tests.test_cli_flags import COMMANDS
 
 CLI = Path(__file__).resolve().parents[1] / "src" / "cheems" / "cli"
 MOST_HAND_TYPED = 40
@@ -87,15 +85,6 @@ SHARED_IN_LIBRARY = {
 with the classes: the next ones to move into :mod:`cheems.common_settings`."""
 
 
-def walk(command, path: tuple[str, ...] = ()):
-    if hasattr(command, "commands"):
-        for name, sub in command.commands.items():
-            yield from walk(sub, path + (name,))
-    else:
-        yield path, command
-
-
-COMMANDS = dict(walk(typer.main.get_command(app)))
 
 
 def specs_of(command):
