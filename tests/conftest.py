@@ -47,6 +47,26 @@ if "CHEEMS_CACHE_DIR" not in os.environ:  # pytest-xdist's workers inherit the m
     os.environ["CHEEMS_CACHE_DIR"] = tempfile.mkdtemp(prefix="cheems-test-cache-")
     atexit.register(shutil.rmtree, os.environ["CHEEMS_CACHE_DIR"], True)
 
+# Password hashes. The annotation tests create and log in hundreds of accounts, and argon2 at the
+# cost cheems ships (argon2-cffi's defaults: 3 passes over 64 MiB, 4 lanes) takes about 0.16 s for
+# each hash and each check on a 2-core machine. The accounts made in this process use argon2id at
+# its lowest cost instead: the same algorithm, hash format and checks, only cheaper, as test
+# settings of web frameworks do. The processes the tests start (servers, ``kill -9`` runs) hash
+# at the shipped cost, and tests/test_annotate_auth_cost.py checks that cost in a fresh process.
+try:
+    import argon2  # cheap (a C binding); cheems.annotate.auth takes the class from here
+except ModuleNotFoundError:  # the annotate extra is not installed (or tests/without_extras.py hides it)
+    argon2 = None
+
+if argon2 is not None:
+    class _CheapPasswordHasher(argon2.PasswordHasher):
+        def __init__(self, time_cost: int = 1, memory_cost: int = 8, parallelism: int = 1, **kw) -> None:
+            super().__init__(time_cost=time_cost, memory_cost=memory_cost, parallelism=parallelism, **kw)
+
+    if "cheems.annotate.auth" in sys.modules:  # imported before this file: too late to hash cheaply
+        raise RuntimeError("tests/conftest.py must be imported before cheems.annotate.auth")
+    argon2.PasswordHasher = _CheapPasswordHasher
+
 # Under pytest-xdist each worker is one of several test processes sharing the machine's cores:
 # torch gets one intra-op thread in each (and in the processes they start), as OMP_NUM_THREADS
 # tells cheems.models.threads, so that the workers' threads do not wait on each other.

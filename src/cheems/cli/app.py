@@ -35,7 +35,7 @@ from cheems.records import CheemsInputError
 
 _install_plain_coercion()  # plain flag values converted without importing pydantic
 
-__all__ = ["COMMAND_MODULES", "FORMAT_HELP", "IMPORT_NAMES", "CommandGroup", "app", "extra_for", "extras_by_module",
+__all__ = ["COMMAND_MODULES", "FORMAT_HELP", "IMPORT_NAMES", "CheemsApp", "CommandGroup", "app", "extra_for", "extras_by_module",
            "load_commands", "missing_extra_line"]
 
 FORMAT_HELP = f"Read every row as this format instead of detecting it row by row: {', '.join(FORMAT_NAMES)}."
@@ -198,14 +198,41 @@ class CommandGroup(TyperGroup):
 
     def _refresh(self) -> dict:
         """The commands registered so far, as typer builds them, in help order."""
-        built = typer.main.get_group(app)._commands
+        built = app.click_group()._commands
         self._commands = {**{n: built[n] for n in COMMAND_MODULES if n in built}, **built}
         return self._commands
+
+
+def _registered(typer_app: typer.Typer) -> tuple:
+    """What the click commands of ``typer_app`` are built from: its registered commands and
+    groups, and theirs (a command module imported later adds to them)."""
+    return (tuple(map(id, typer_app.registered_commands)),
+            tuple((id(g), _registered(g.typer_instance)) for g in typer_app.registered_groups if g.typer_instance))
+
+
+class CheemsApp(typer.Typer):
+    """The typer application whose click group is built once for each set of registered commands.
+
+    Typer builds the whole click tree (every option of every loaded command, read from the
+    functions' signatures) on each call; a process that runs many commands (the Python API's
+    callers, the tests, the warm process of a notebook) would rebuild it on every one."""
+
+    _built: tuple = (None, None)  # (what the group was built from, the group)
+
+    def click_group(self) -> TyperGroup:
+        """The click group of the commands registered so far (built again only when they changed)."""
+        key = _registered(self)
+        if self._built[0] != key:
+            self._built = (key, typer.main.get_group(self))
+        return self._built[1]
+
+    def __call__(self, *args, **kwargs):
+        return self.click_group()(*args, **kwargs)
 
 
 def _no_options() -> None:
     """The group's own options: none (a command group with nothing registered yet is still a group)."""
 
 
-app = typer.Typer(cls=CommandGroup, callback=_no_options, add_completion=False, no_args_is_help=True,
+app = CheemsApp(cls=CommandGroup, callback=_no_options, add_completion=False, no_args_is_help=True,
                   pretty_exceptions_enable=False, help="Build and evaluate Chinese reward models (Cheems).")
