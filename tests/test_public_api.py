@@ -40,8 +40,10 @@ NO_CALL = {
 }
 """The commands without a library call of their own, and why."""
 
-TYPES = {"CheemsInputError", "Comparison", "Prompt", "Response", "__version__"}
-"""The names of ``cheems.__all__`` that are data types (and the version), not calls."""
+TYPES = {"CheemsInputError", "Comparison", "Prompt", "Response", "__version__",
+         "ReadSettings", "StatisticsSettings", "ScorerSettings", "OutputSettings"}
+"""The names of ``cheems.__all__`` that are data types, the settings classes the calls take (and
+the version), not calls."""
 
 HEAVY = ("torch", "transformers", "fastapi", "ray", "matplotlib", "sqlalchemy", "openai", "vllm")
 
@@ -143,13 +145,23 @@ def test_the_types_are_documented():
 
 
 def test_import_cheems_stays_light():
-    """A fresh ``import cheems`` loads none of the heavy packages, nor the modules of the calls."""
+    """A fresh ``import cheems`` loads none of the heavy packages, nor the modules of the calls
+    or of their settings."""
     probe = ("import json, sys; import cheems; "
              "print(json.dumps(sorted(m for m in sys.modules if m.startswith('cheems') or '.' not in m)))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     loaded = set(json.loads(done.stdout))
     assert loaded.isdisjoint(HEAVY), sorted(loaded & set(HEAVY))
     assert not any(m.startswith("cheems.api") for m in loaded), sorted(loaded)
+    assert "cheems.common_settings" not in loaded
+
+
+def test_the_settings_classes_are_the_commands_own():
+    """``cheems.ReadSettings`` & co. are the classes the commands build from their flags, loaded on first use."""
+    from cheems import common_settings
+
+    for name in ("ReadSettings", "StatisticsSettings", "ScorerSettings", "OutputSettings"):
+        assert getattr(cheems, name) is getattr(common_settings, name) and name in dir(cheems)
 
 
 def test_an_unknown_name_is_an_attribute_error():

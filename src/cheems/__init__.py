@@ -1,18 +1,19 @@
 """cheems: build and evaluate Chinese reward models the way the Cheems paper describes.
 
 One documented call per job, each what one ``cheems`` command does, less the printing: it
-takes the settings objects whose fields are that command's flags, returns data and raises
-:class:`CheemsInputError` on bad input::
+takes the settings objects whose fields are that command's flags (:class:`ReadSettings`,
+:class:`StatisticsSettings`, :class:`ScorerSettings`, :class:`OutputSettings`, or a mapping of
+their fields), returns data and raises :class:`CheemsInputError` on bad input::
 
     import cheems
 
     ranked = cheems.rank(["open.jsonl", "human.jsonl"], "bench.jsonl")
-    result = cheems.evaluate("bench.jsonl", baseline="length")
+    result = cheems.evaluate("bench.jsonl", scorer=cheems.ScorerSettings(scorer="length"))
     print(result.report["overall"])
 
-The calls load on first use (PEP 562), so ``import cheems`` imports the core alone (records,
-formats, graph, metrics: numpy and scipy); torch, transformers, fastapi, ray and matplotlib
-load with the call that needs them.
+The calls and the settings classes load on first use (PEP 562), so ``import cheems`` imports
+the core alone (records, formats, graph, metrics: numpy and scipy); torch, transformers,
+fastapi, ray and matplotlib load with the call that needs them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CheemsInputError", "Comparison", "Prompt", "Response", "__version__",
+    # the settings the calls take
+    "ReadSettings", "StatisticsSettings", "ScorerSettings", "OutputSettings",
     # data files
     "read", "validate", "stats", "make_tasks", "rank",
     # scoring and evaluation
@@ -58,8 +61,12 @@ PUBLIC_CALLS = {
 }
 """Each public call -> the module of :mod:`cheems.api` that defines it (loaded on first use)."""
 
-# The calls, declared here for readers and checkers (a bare annotation binds nothing: the first
-# use of each name goes to __getattr__ below, which imports its module).
+PUBLIC_SETTINGS = dict.fromkeys(("ReadSettings", "StatisticsSettings", "ScorerSettings", "OutputSettings"),
+                                "cheems.common_settings")
+"""The settings classes the calls take, whose fields are the flags of the commands -> their module."""
+
+# The calls and the settings classes, declared here for readers and checkers (a bare annotation
+# binds nothing: the first use of each name goes to __getattr__ below, which imports its module).
 read: Callable[..., Any]
 validate: Callable[..., Any]
 stats: Callable[..., Any]
@@ -96,11 +103,15 @@ annotate_status: Callable[..., Any]
 annotate_export: Callable[..., Any]
 annotate_add_study: Callable[..., Any]
 annotate_list_studies: Callable[..., Any]
+ReadSettings: type
+StatisticsSettings: type
+ScorerSettings: type
+OutputSettings: type
 
 
 def __getattr__(name: str) -> Any:
-    """A public call, imported from its module on first use and kept here (PEP 562)."""
-    module = PUBLIC_CALLS.get(name)
+    """A public call or settings class, imported from its module on first use and kept here (PEP 562)."""
+    module = PUBLIC_CALLS.get(name) or PUBLIC_SETTINGS.get(name)
     if module is None:
         raise AttributeError(f"module 'cheems' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

@@ -26,11 +26,13 @@ import os
 import re
 import types
 import typing
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cheems.records import CheemsInputError, is_integer, is_number
 
-__all__ = ["check_settings", "flag_help", "is_integer", "is_number", "setting", "setting_kind", "settings_from_mapping"]
+__all__ = ["as_settings", "check_settings", "flag_help", "is_integer", "is_number", "setting", "setting_kind",
+           "settings_from_mapping"]
 
 _NO_DEFAULT = dataclasses.MISSING
 
@@ -282,6 +284,34 @@ def settings_from_mapping(cls, data: dict, *, file: str | None = None, prefix: s
         if e.file is not None:
             raise
         raise CheemsInputError(e.message, file=file, field=f"{prefix}{e.field}" if e.field else None) from None
+
+
+def as_settings(cls, value: Any, name: str, *, default: Any = None, uses: Iterable[str] | None = None):
+    """The settings a call's parameter ``name`` was given, as an instance of the settings
+    dataclass ``cls``: ``value`` itself when it is one, ``default`` (else the class's defaults)
+    when None, and a mapping of field names laid over ``default`` (so ``{"seed": 1}`` keeps the
+    call's own default of the other fields).
+
+    A mapping's unknown key or bad value is a :class:`~cheems.records.CheemsInputError` naming
+    ``name.key``; so is anything else given. ``uses`` lists the fields the call acts on: another
+    field set away from its declared default would be silently ignored, and is refused."""
+    if isinstance(value, cls):
+        found = value
+    elif value is None:
+        found = default if default is not None else settings_from_mapping(cls, {}, prefix=f"{name}.")
+    elif isinstance(value, Mapping):
+        base = {} if default is None else {f.name: getattr(default, f.name) for f in dataclasses.fields(cls) if f.init}
+        found = settings_from_mapping(cls, {**base, **value}, prefix=f"{name}.")
+    else:
+        raise CheemsInputError(f"must be a {cls.__name__} or a mapping of its settings, got {_show(value)}",
+                               field=name)
+    if uses is not None:
+        uses = tuple(uses)
+        for f in dataclasses.fields(cls):
+            if f.init and f.name not in uses and f.default is not _NO_DEFAULT and getattr(found, f.name) != f.default:
+                raise CheemsInputError(f"not used by this call (it uses {', '.join(uses)}): leave it at "
+                                       f"{f.default!r}", field=f"{name}.{f.name}")
+    return found
 
 
 def flag_help(cls, name: str, help: str | None = None, default: Any = _NO_DEFAULT) -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import TYPE_CHECKING, Callable, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TextIO
 
+from cheems.common_settings import ReadSettings, StatisticsSettings
 from cheems.records import CheemsInputError
+from cheems.settings import as_settings
 
 if TYPE_CHECKING:  # annotations only: sqlalchemy and fastapi load with the call that needs them
     from cheems.annotate.settings import ServerSettings, WorkflowSettings
@@ -132,8 +134,8 @@ def annotate_add_user(name: str, password: str | Callable[[], str], *, role: str
 
 
 def annotate_import(path: str | os.PathLike, *, overlap: int = 2, gold: str | os.PathLike | None = None,
-                    fmt: str | None = None, skip_invalid: bool = False, seed: int = 0, study: str = "default",
-                    db: str | None = None) -> dict:
+                    read: ReadSettings | Mapping | None = None, statistics: StatisticsSettings | Mapping | None = None,
+                    study: str = "default", db: str | None = None) -> dict:
     """Turn every prompt of a file into its triple-wise annotation tasks in a study, keeping id, category and subset.
 
     Rows of one prompt are joined; a prompt already imported with the same content is skipped.
@@ -142,9 +144,12 @@ def annotate_import(path: str | os.PathLike, *, overlap: int = 2, gold: str | os
         path: Prompts with responses (any supported format).
         overlap: Annotators per task.
         gold: Ranked prompts with known answers, mixed into the annotation and review streams.
-        fmt: Read every row as this format instead of detecting it row by row.
-        skip_invalid: Skip bad rows (their errors go to ``errors``) instead of raising at the first.
-        seed: Where gold tasks land in the queue (an integer >= 0).
+        read: How rows are read (a :class:`~cheems.common_settings.ReadSettings`, or a mapping of
+            its fields): ``format`` reads every row as this format instead of detecting it row by
+            row; ``skip_invalid`` skips bad rows (their errors go to ``errors``) instead of
+            raising at the first.
+        statistics: The randomness (a :class:`~cheems.common_settings.StatisticsSettings`, or a
+            mapping of its fields): ``seed``, where gold tasks land in the queue (an integer >= 0).
         study: The study to import into.
         db: The database's SQLAlchemy URL.
 
@@ -153,14 +158,17 @@ def annotate_import(path: str | os.PathLike, *, overlap: int = 2, gold: str | os
         ``errors`` (of the rows skipped).
 
     Raises:
-        CheemsInputError: A bad seed or overlap, a database not initialised, a file that cannot be
-            read, or a prompt id imported before with other content.
+        CheemsInputError: A bad ``read`` or ``statistics`` setting, a bad overlap, a database not
+            initialised, a file that cannot be read, or a prompt id imported before with other content.
 
     Paper: §3.2 (Benchmark Labeling: triple-wise tasks of adjacent responses, several annotators each).
     """
     from cheems.annotate.workflow import import_prompts
     from cheems.formats import merge_prompts, read_many
 
+    how = as_settings(ReadSettings, read, "read", uses=("format", "skip_invalid"))
+    seed = as_settings(StatisticsSettings, statistics, "statistics", uses=("seed",)).seed
+    skip_invalid, fmt = how.skip_invalid, how.format
     if not isinstance(seed, int) or seed < 0:
         raise CheemsInputError(f"must be a non-negative integer, got {seed}", field="seed")
     session = open_database(db)

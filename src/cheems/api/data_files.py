@@ -7,17 +7,24 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Mapping, Sequence, Union
 
 from cheems.benchmark import RankedBenchmark
+from cheems.common_settings import ReadSettings, StatisticsSettings
 from cheems.formats import ReadResult, RewordedQuestions
 from cheems.records import CheemsInputError
+from cheems.settings import as_settings
 
-__all__ = ["DatasetStats", "PathOrPaths", "TaskFile", "Validation", "as_paths", "make_tasks", "rank", "read",
-           "stats", "validate"]
+__all__ = ["DatasetStats", "PathOrPaths", "ROWS_READ", "TaskFile", "Validation", "as_paths", "make_tasks", "rank",
+           "read", "stats", "validate"]
 
 PathOrPaths = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 """One file, or several."""
+
+
+ROWS_READ = ("format", "skip_invalid")
+"""The :class:`~cheems.common_settings.ReadSettings` a call that reads rows without counting
+them as benchmark items uses (``dedupe`` is evaluation's)."""
 
 
 def as_paths(paths: PathOrPaths) -> list:
@@ -27,7 +34,7 @@ def as_paths(paths: PathOrPaths) -> list:
 
 # ----------------------------------------------------------------------------- read / validate
 
-def read(paths: PathOrPaths, *, fmt: str | None = None, skip_invalid: bool = False) -> ReadResult:
+def read(paths: PathOrPaths, *, read: ReadSettings | Mapping | None = None) -> ReadResult:
     """Read the prompt rows of one or more files of any supported format.
 
     Each row's format is detected on its own (JSONL, JSON, Parquet, TSV; cheems rows, pairs,
@@ -36,20 +43,24 @@ def read(paths: PathOrPaths, *, fmt: str | None = None, skip_invalid: bool = Fal
 
     Args:
         paths: One file, or several.
-        fmt: Read every row as this format instead of detecting it row by row.
-        skip_invalid: Skip bad rows (their errors go to ``errors``) instead of raising at the first.
+        read: How rows are read (a :class:`~cheems.common_settings.ReadSettings`, or a mapping
+            of its fields): ``format`` reads every row as this format instead of detecting it
+            row by row; ``skip_invalid`` skips bad rows (their errors go to ``errors``) instead
+            of raising at the first.
 
     Returns:
         A :class:`~cheems.formats.ReadResult`: ``prompts``, ``errors`` (the rows skipped), and
         where each prompt was read (``files``, ``lines``) and as which format (``formats``).
 
     Raises:
-        CheemsInputError: A missing or unreadable file, an unknown format, or (without
-            ``skip_invalid``) the first bad row, named by file, line and field.
+        CheemsInputError: A bad ``read`` setting (``dedupe`` is evaluation's), a missing or
+            unreadable file, an unknown format, or (without ``skip_invalid``) the first bad
+            row, named by file, line and field.
     """
     from cheems.formats import read_many
 
-    return read_many(as_paths(paths), fmt=fmt, skip_invalid=skip_invalid)
+    how = as_settings(ReadSettings, read, "read", uses=ROWS_READ)
+    return read_many(as_paths(paths), fmt=how.format, skip_invalid=how.skip_invalid)
 
 
 @dataclass
@@ -73,24 +84,28 @@ class Validation:
         return self.read.errors
 
 
-def validate(path: str | os.PathLike, *, fmt: str | None = None) -> Validation:
+def validate(path: str | os.PathLike, *, read: ReadSettings | Mapping | None = None) -> Validation:
     """Check a file row by row: what evaluation and training would refuse, and what they would note.
 
     Args:
         path: The file (any supported format).
-        fmt: Read every row as this format instead of detecting it row by row.
+        read: How rows are read (a :class:`~cheems.common_settings.ReadSettings`, or a mapping
+            of its fields): ``format`` reads every row as this format instead of detecting it
+            row by row. Bad rows are always reported, whatever ``skip_invalid`` says.
 
     Returns:
         A :class:`Validation`: the valid rows, the errors of the bad ones, and the counts of
         ranked, compared, repeated, identical-response, unranked and unjudged rows.
 
     Raises:
-        CheemsInputError: A file that cannot be read at all (missing, not a JSON list, an
-            unknown format); bad rows are reported in the result, not raised.
+        CheemsInputError: A bad ``read`` setting, or a file that cannot be read at all
+            (missing, not a JSON list, an unknown format); bad rows are reported in the
+            result, not raised.
     """
     from cheems.formats import key_repeated_rows, read_prompts
     from cheems.records import identical_responses
 
+    fmt = as_settings(ReadSettings, read, "read", uses=ROWS_READ).format
     res = read_prompts(path, skip_invalid=True, fmt=fmt)
     found = Validation(res, responses=sum(len(p.responses) for p in res.prompts),
                        ranked=sum(p.rank is not None for p in res.prompts),
@@ -115,7 +130,7 @@ class DatasetStats:
     reworded: RewordedQuestions = field(default_factory=RewordedQuestions)  # scored rows joined across wordings
 
 
-def stats(paths: PathOrPaths, *, skip_invalid: bool = False, fmt: str | None = None) -> DatasetStats:
+def stats(paths: PathOrPaths, *, read: ReadSettings | Mapping | None = None) -> DatasetStats:
     """Count prompts, responses per prompt, comparisons (ties excluded) and average lengths.
 
     JSONL and JSON-list files are summed straight from their columns, others read whole; both
@@ -123,21 +138,25 @@ def stats(paths: PathOrPaths, *, skip_invalid: bool = False, fmt: str | None = N
 
     Args:
         paths: One file, or several (each gets its own statistics, and a total).
-        skip_invalid: Skip bad rows (their errors go to ``errors``) instead of raising at the first.
-        fmt: Read every row as this format instead of detecting it row by row.
+        read: How rows are read (a :class:`~cheems.common_settings.ReadSettings`, or a mapping
+            of its fields): ``skip_invalid`` skips bad rows (their errors go to ``errors``)
+            instead of raising at the first; ``format`` reads every row as this format instead
+            of detecting it row by row.
 
     Returns:
         A :class:`DatasetStats`: per file and in total, the keys ``prompts``,
         ``responses_per_prompt``, ``comparisons``, ``prompt_chars``, ``chosen_chars``, ``rejected_chars``.
 
     Raises:
-        CheemsInputError: A file that cannot be read, or (without ``skip_invalid``) its first bad row.
+        CheemsInputError: A bad ``read`` setting (``dedupe`` is evaluation's), a file that
+            cannot be read, or (without ``skip_invalid``) its first bad row.
 
     Paper: Table 1 (statistics of CheemsBench and CheemsPreference).
     """
     from cheems.formats.columnar_sums import columnar_stats
 
-    paths = as_paths(paths)
+    how = as_settings(ReadSettings, read, "read", uses=ROWS_READ)
+    paths, skip_invalid, fmt = as_paths(paths), how.skip_invalid, how.format
     skipped: list[list] = [[] for _ in paths]
     reworded = RewordedQuestions()
     sums = [columnar_stats(p, errors if skip_invalid else None, reworded)
@@ -179,7 +198,8 @@ class TaskFile:
 
 
 def make_tasks(path: str | os.PathLike, output: str | os.PathLike, *, design: str = "circular",
-               seed: int | None = None, skip_invalid: bool = False, fmt: str | None = None) -> TaskFile:
+               statistics: StatisticsSettings | Mapping | None = None,
+               read: ReadSettings | Mapping | None = None) -> TaskFile:
     """Write the triple-wise annotation tasks of every prompt of a file (JSONL, one task a row).
 
     Args:
@@ -187,38 +207,42 @@ def make_tasks(path: str | os.PathLike, output: str | os.PathLike, *, design: st
         output: The task file to write; it must not be the input.
         design: ``circular``: the paper's triples of circularly adjacent responses; ``cover``:
             more triples until every pair of responses is covered.
-        seed: Shuffle each prompt's responses with this seed first (None: keep the file's order).
-        skip_invalid: Skip bad rows instead of raising at the first.
-        fmt: Read every row as this format instead of detecting it row by row.
+        statistics: The randomness (a :class:`~cheems.common_settings.StatisticsSettings`, or
+            a mapping of its fields): ``seed`` shuffles each prompt's responses first (default
+            None: keep the file's order).
+        read: How rows are read (a :class:`~cheems.common_settings.ReadSettings`, or a mapping
+            of its fields): ``skip_invalid`` skips bad rows instead of raising at the first;
+            ``format`` reads every row as this format instead of detecting it row by row.
 
     Returns:
         A :class:`TaskFile`: how many tasks for how many prompts, each prompt's pair coverage,
         the rows skipped.
 
     Raises:
-        CheemsInputError: An unknown design, an output that is an input, a file that cannot be
-            read, or (without ``skip_invalid``) its first bad row.
+        CheemsInputError: An unknown design, a bad ``statistics`` or ``read`` setting, an output
+            that is an input, a file that cannot be read, or (without ``skip_invalid``) its
+            first bad row.
 
     Paper: §3.2 (Benchmark Labeling: triple-wise comparisons of adjacent responses).
     """
     from cheems.formats import read_prompts
     from cheems.graph import annotation_tasks
     from cheems.io import check_outputs, write_jsonl
-    from cheems.metrics import check_seed
 
     if design not in ("circular", "cover"):
         raise CheemsInputError(f"unknown design {design!r}; choose circular or cover", field="design")
-    if seed is not None:
-        check_seed(seed)
+    seed = as_settings(StatisticsSettings, statistics, "statistics", default=StatisticsSettings(seed=None),
+                       uses=("seed",)).seed
+    how = as_settings(ReadSettings, read, "read", uses=ROWS_READ)
     check_outputs([output], [path])
-    res = read_prompts(path, skip_invalid=skip_invalid, fmt=fmt)
+    res = read_prompts(path, skip_invalid=how.skip_invalid, fmt=how.format)
     rows, coverage = annotation_tasks(res.prompts, design, seed=seed)
     write_jsonl(output, rows)
     return TaskFile(Path(output), len(rows), len(res.prompts), coverage, res.errors)
 
 
 def rank(annotations: PathOrPaths, output: str | os.PathLike, *, report: str | os.PathLike | None = None,
-         keep_comparisons: bool = False, skip_invalid: bool = False, fmt: str | None = None) -> RankedBenchmark:
+         keep_comparisons: bool = False, read: ReadSettings | Mapping | None = None) -> RankedBenchmark:
     """Resolve annotation conflicts into a partial ranking of every prompt's responses, written as a benchmark.
 
     The comparisons of each prompt (pairs, or triple-wise rankings; rows of one prompt joined)
@@ -231,20 +255,24 @@ def rank(annotations: PathOrPaths, output: str | os.PathLike, *, report: str | o
         report: Also write the conflict report (per subset and in total) as JSON here; both
             files are written, or neither.
         keep_comparisons: Keep the input comparisons in the output rows.
-        skip_invalid: Skip bad rows (and prompts without any comparison) instead of raising.
-        fmt: Read every row as this format instead of detecting it row by row.
+        read: How rows are read (a :class:`~cheems.common_settings.ReadSettings`, or a mapping
+            of its fields): ``skip_invalid`` skips bad rows (and prompts without any comparison)
+            instead of raising; ``format`` reads every row as this format instead of detecting
+            it row by row.
 
     Returns:
         A :class:`~cheems.benchmark.RankedBenchmark`: the ranked ``prompts`` (empty, and nothing
         written, when no row could be ranked), the conflict ``report``, the ``errors`` of the rows skipped.
 
     Raises:
-        CheemsInputError: An output that is an input, a file that cannot be read, or (without
-            ``skip_invalid``) its first bad row or a prompt without comparisons.
+        CheemsInputError: A bad ``read`` setting (``dedupe`` is evaluation's), an output that is
+            an input, a file that cannot be read, or (without ``skip_invalid``) its first bad
+            row or a prompt without comparisons.
 
     Paper: §3.2 Conflict Resolving, Algorithm 1 and Appendix C (Table 5: conflict ratios).
     """
     from cheems.benchmark import rank_annotations
 
+    how = as_settings(ReadSettings, read, "read", uses=ROWS_READ)
     return rank_annotations(as_paths(annotations), output, report=report, keep_comparisons=keep_comparisons,
-                            skip_invalid=skip_invalid, fmt=fmt)
+                            skip_invalid=how.skip_invalid, fmt=how.format)

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
+
+from cheems.common_settings import ReadSettings
+from cheems.settings import as_settings
 
 if TYPE_CHECKING:  # annotations only
     from cheems.catalog.entry import Entry
@@ -51,7 +54,7 @@ def dataset_info(name: str) -> Entry:
 
 def load_dataset(name: str, output: str | os.PathLike, *, split: str | None = None, config: str | None = None,
                  option: str | None = None, revision: str | None = None, limit: int | None = None,
-                 source: str | None = None, skip_invalid: bool = False,
+                 source: str | None = None, read: ReadSettings | Mapping | None = None,
                  progress: Callable[[int, int], None] | None = None,
                  notify: Callable[[str], None] | None = None) -> dict:
     """Download a public dataset by name (once, into the datasets cache) and convert it to cheems rows.
@@ -65,7 +68,9 @@ def load_dataset(name: str, output: str | os.PathLike, *, split: str | None = No
         revision: A hub revision: a branch, tag or commit (default: the entry's pinned one, else the latest).
         limit: Stop after this many rows.
         source: Read a local folder laid out like the hub repository, or another hub id with the same schema.
-        skip_invalid: Skip rows that cannot be converted instead of raising at the first.
+        read: How rows are read (a :class:`~cheems.common_settings.ReadSettings`, or a mapping of
+            its fields): ``skip_invalid`` skips rows that cannot be converted instead of raising at
+            the first.
         progress: ``progress(done, total)`` while reading.
         notify: Gets the licence notice and the notes on rows left out.
 
@@ -73,12 +78,14 @@ def load_dataset(name: str, output: str | os.PathLike, *, split: str | None = No
         ``rows`` (written), ``skipped``, ``errors`` (of the rows skipped), ``seconds`` and ``output``.
 
     Raises:
-        CheemsInputError: An unknown name, split, config or option, an output that is one of the
-            dataset's local files, a dataset that cannot be reached, or no row converted.
+        CheemsInputError: An unknown name, split, config or option, a bad ``read`` setting (only
+            ``skip_invalid`` is used), an output that is one of the dataset's local files, a
+            dataset that cannot be reached, or no row converted.
     """
     from cheems.catalog.get import get_dataset, source_files
     from cheems.io import check_outputs
 
+    skip_invalid = as_settings(ReadSettings, read, "read", uses=("skip_invalid",)).skip_invalid
     check_outputs([output], [source] if source and Path(source).exists() else [])
     check_outputs([output], source_files(name, source))  # no source file of the dataset is written over
     return get_dataset(name, output, split=split, config=config, option=option, revision=revision, limit=limit,

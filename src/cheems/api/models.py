@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
+from cheems.common_settings import ReadSettings, StatisticsSettings
 from cheems.records import CheemsInputError, is_integer
+from cheems.settings import as_settings
 
 if TYPE_CHECKING:  # annotations only: the settings modules load with the call that needs them
     from cheems.scoring.model_settings import ModelSettings
@@ -64,7 +66,8 @@ class InitModel:
 
 
 def init_model(output: str | os.PathLike, tokenizer_from: Sequence[str | os.PathLike], *, size: str = "tiny",
-               head: str = "seq-cls", vocab_size: int = 3000, seed: int = 0, skip_invalid: bool = False) -> InitModel:
+               head: str = "seq-cls", vocab_size: int = 3000, statistics: StatisticsSettings | Mapping | None = None,
+               read: ReadSettings | Mapping | None = None) -> InitModel:
     """Build a small randomly initialised model and a tokenizer trained on your texts.
 
     Args:
@@ -75,15 +78,17 @@ def init_model(output: str | os.PathLike, tokenizer_from: Sequence[str | os.Path
         head: ``seq-cls``: a one-label reward model; ``causal-lm``: a causal LM (for the ``dual``
             and ``generative`` objectives, or a local judge).
         vocab_size: The tokenizer's vocabulary size.
-        seed: Seed of the random weights.
-        skip_invalid: Skip bad rows of data files instead of raising at the first.
+        statistics: The randomness (a :class:`~cheems.common_settings.StatisticsSettings`, or a
+            mapping of its fields): ``seed`` of the random weights.
+        read: How rows are read (a :class:`~cheems.common_settings.ReadSettings`, or a mapping of
+            its fields): ``skip_invalid`` skips bad rows of data files instead of raising at the first.
 
     Returns:
         An :class:`InitModel`: the folder, how many texts trained the tokenizer, the rows skipped.
 
     Raises:
-        CheemsInputError: An unknown size or head, an output folder that holds files or is an
-            input, a file that cannot be read, or no text at all.
+        CheemsInputError: An unknown size or head, a bad ``statistics`` or ``read`` setting, an
+            output folder that holds files or is an input, a file that cannot be read, or no text at all.
     """
     from cheems.io import check_output_folder
     from cheems.metrics import check_seed
@@ -96,6 +101,8 @@ def init_model(output: str | os.PathLike, tokenizer_from: Sequence[str | os.Path
         raise CheemsInputError(f"unknown head {head!r}; choose seq-cls or causal-lm", field="head")
     if not is_integer(vocab_size) or vocab_size < 1:
         raise CheemsInputError(f"must be a positive integer, got {vocab_size!r}", field="vocab_size")
+    seed = as_settings(StatisticsSettings, statistics, "statistics", uses=("seed",)).seed
+    skip_invalid = as_settings(ReadSettings, read, "read", uses=("skip_invalid",)).skip_invalid
     check_seed(seed)
     skipped: list[CheemsInputError] = []
     texts = tokenizer_texts(tokenizer_from, skip_invalid=skip_invalid, errors=skipped)

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Mapping
 
 from cheems.api.data_files import PathOrPaths, as_paths
+from cheems.common_settings import StatisticsSettings
 from cheems.records import CheemsInputError
+from cheems.settings import as_settings
 
 __all__ = ["compare", "correlate", "read_eval_report", "read_items", "read_json", "write_report"]
 
@@ -67,7 +70,8 @@ def read_items(report_path: str | os.PathLike) -> list[dict]:
     return rows
 
 
-def compare(a: str | os.PathLike, b: str | os.PathLike, *, n_bootstrap: int = 2000, seed: int = 0) -> dict:
+def compare(a: str | os.PathLike, b: str | os.PathLike, *,
+            statistics: StatisticsSettings | Mapping | None = None) -> dict:
     """Test whether reward model B is really better than A on the same benchmark.
 
     Differences of every metric with a paired bootstrap over prompts (CI, p-value), McNemar's
@@ -77,24 +81,31 @@ def compare(a: str | os.PathLike, b: str | os.PathLike, *, n_bootstrap: int = 20
     Args:
         a: The evaluation report of model A (``cheems eval --json``), its items file beside it.
         b: The report of model B on the same benchmark.
-        n_bootstrap: Paired bootstrap resamples over prompts (at least 1).
-        seed: Seed of the paired bootstrap.
+        statistics: The statistics (a :class:`~cheems.common_settings.StatisticsSettings`, or a
+            mapping of its fields): ``bootstrap``, paired bootstrap resamples over prompts (at
+            least 1; default 2000); ``seed`` of the paired bootstrap. Each report keeps its own
+            ``ties``.
 
     Returns:
         The comparison: ``a``, ``b``, per subset and metric and ``overall`` the values, their
         difference, its CI and p-value; ``mcnemar``; ``categories`` with Holm-adjusted p-values.
 
     Raises:
-        CheemsInputError: ``n_bootstrap`` below 1, a file that is not an evaluation report or
-            lacks its items, or two reports of different benchmarks.
+        CheemsInputError: A bad ``statistics`` setting (``bootstrap`` below 1, ``ties``), a file
+            that is not an evaluation report or lacks its items, or two reports of different
+            benchmarks.
     """
     from cheems.metrics import check_bootstrap, check_seed
+    from cheems.records import Setting
     from cheems.report.compare import compare_reports
 
-    check_bootstrap(n_bootstrap, minimum=1)
-    check_seed(seed)
+    stats = as_settings(StatisticsSettings, statistics, "statistics", default=StatisticsSettings(bootstrap=2000),
+                        uses=("bootstrap", "seed"))
+    check_bootstrap(stats.bootstrap, minimum=1, field=Setting("bootstrap"))
+    check_seed(stats.seed)
     report_a, report_b = read_eval_report(a), read_eval_report(b)
-    return compare_reports(report_a, read_items(a), report_b, read_items(b), n_bootstrap=n_bootstrap, seed=seed)
+    return compare_reports(report_a, read_items(a), report_b, read_items(b), n_bootstrap=stats.bootstrap,
+                           seed=stats.seed)
 
 
 def _model_reports(paths: list) -> dict[str, list[dict]]:
@@ -115,7 +126,8 @@ def _model_reports(paths: list) -> dict[str, list[dict]]:
     return reports
 
 
-def correlate(results: PathOrPaths, downstream: str | os.PathLike, *, n_bootstrap: int = 1000, seed: int = 0) -> dict:
+def correlate(results: PathOrPaths, downstream: str | os.PathLike, *,
+              statistics: StatisticsSettings | Mapping | None = None) -> dict:
     """Correlate every benchmark metric with every downstream metric across reward models.
 
     Pearson, Spearman and Kendall with bootstrap CIs over models
@@ -124,8 +136,8 @@ def correlate(results: PathOrPaths, downstream: str | os.PathLike, *, n_bootstra
     Args:
         results: Evaluation or best-of-n reports, one model each (their ``model`` names it).
         downstream: A JSON file ``{model: {metric: value}}``.
-        n_bootstrap: Bootstrap resamples over models.
-        seed: Seed of the bootstrap.
+        statistics: The statistics (a :class:`~cheems.common_settings.StatisticsSettings`, or a
+            mapping of its fields): ``bootstrap`` resamples over models; ``seed`` of the bootstrap.
 
     Returns:
         ``models``, ``downstream_metrics``, ``correlations`` (benchmark metric -> downstream metric ->
@@ -133,22 +145,22 @@ def correlate(results: PathOrPaths, downstream: str | os.PathLike, *, n_bootstra
         missing a report or downstream results).
 
     Raises:
-        CheemsInputError: A file that is not such a report, a downstream file of another shape, or a
-            metric that is not a number.
+        CheemsInputError: A bad ``statistics`` setting (``ties`` included), a file that is not
+            such a report, a downstream file of another shape, or a metric that is not a number.
 
     Paper: §6.2 and Figure 5 (correlation between RM benchmarks and downstream tasks).
     """
-    from cheems.metrics import check_bootstrap, check_seed
+    from cheems.metrics import check_seed
     from cheems.report.correlate import correlate as correlations
 
-    check_bootstrap(n_bootstrap)
-    check_seed(seed)
+    stats = as_settings(StatisticsSettings, statistics, "statistics", uses=("bootstrap", "seed"))
+    check_seed(stats.seed)
     reports = _model_reports(as_paths(results))
     down = read_json(downstream)
     if not isinstance(down, dict) or not all(isinstance(v, dict) for v in down.values()):
         raise CheemsInputError("must be a JSON object {model: {metric: value}}", file=str(downstream))
     try:
-        return correlations(reports, down, n_bootstrap=n_bootstrap, seed=seed)
+        return correlations(reports, down, n_bootstrap=stats.bootstrap, seed=stats.seed)
     except CheemsInputError as e:
         raise e.located(file=str(downstream)) from None
 

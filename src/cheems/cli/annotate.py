@@ -96,10 +96,9 @@ def import_file(file: Path = typer.Argument(..., help="Prompts with responses, i
                 db_flags: dict = None, read_flags: dict = None, stats_flags: dict = None):
     """Turn every prompt into its triple-wise tasks (as `cheems tasks`), keeping id, category and subset."""
     where, read = build_settings(DatabaseSettings, db_flags), build_settings(ReadSettings, read_flags)
-    counts = cheems.annotate_import(data_paths(file), overlap=overlap, gold=data_paths(gold), fmt=read.format,
-                                    skip_invalid=read.skip_invalid, seed=build_settings(StatisticsSettings,
-                                                                                        stats_flags).seed,
-                                    study=where.study, db=where.db)
+    counts = cheems.annotate_import(data_paths(file), overlap=overlap, gold=data_paths(gold), read=read,
+                                    statistics=build_settings(StatisticsSettings, stats_flags), study=where.study,
+                                    db=where.db)
     print_skipped(counts["errors"])
     out.print(f"imported {counts['prompts']} prompts ({counts['tasks']} tasks, overlap {overlap})"
               + (f", {counts['gold_prompts']} gold prompts ({counts['gold_tasks']} tasks)" if gold else "")

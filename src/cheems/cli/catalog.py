@@ -72,11 +72,10 @@ def get(name: str = typer.Argument(..., help="A catalogue name or hf:OWNER/NAME[
                                              "repository, or another hub id with the same schema."),
         out_flags: dict = None, read_flags: dict = None):
     """Download a dataset (once, into the datasets cache) and convert it to cheems rows."""
-    output, skip_invalid = build_settings(OutputSettings, out_flags).output, read_flags.get("skip_invalid", False)
+    output, read = build_settings(OutputSettings, out_flags).output, build_settings(ReadSettings, read_flags)
     with progress(f"converting {name}") as bar:
         summary = cheems.load_dataset(name, output, split=split, config=config, option=option, revision=revision,
-                                      limit=limit, source=source, skip_invalid=skip_invalid, progress=bar,
-                                      notify=say)
+                                      limit=limit, source=source, read=read, progress=bar, notify=say)
     print_skipped(summary["errors"])
     rate = summary["rows"] / summary["seconds"] if summary["seconds"] > 0 else 0.0
     out.print(f"wrote {summary['rows']} rows -> {output} ({rate:,.0f} rows/s)")

@@ -43,18 +43,12 @@ def reports_input_errors(fn):
     return wrapper
 
 
-CLI_SPELLING = {"baseline": "--scorer", "n_bootstrap": "--bootstrap", "fmt": "--format"}
-"""Keyword arguments of the Python calls whose flag is spelled another way."""
-
-
 def cli_name(setting: str, command: str | None = None) -> str:
     """The flag that sets ``setting`` (a settings field) where a library error or note names it:
     the flag ``command`` (a command function's module and name, as in ``FLAGS_OF``) gives it,
     else the flag any command gives it, else ``--`` and the name with dashes."""
     from cheems.cli.flags import FLAGS_OF, flag_name
 
-    if setting in CLI_SPELLING:
-        return CLI_SPELLING[setting]
     for specs in ([FLAGS_OF.get(command, [])] if command else []) + list(FLAGS_OF.values()):
         for spec in specs:
             if spec.field == setting:

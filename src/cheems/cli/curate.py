@@ -132,17 +132,17 @@ def judge(
     pick, inputs = build_settings(ScorerSettings, scorer_flags), data_paths(inputs)
     from cheems.curation.stages import stage_settings
 
-    section, judge_model, judge_backend = stage_settings(config, "judge"), pick.judge_model, pick.judge_backend
+    section = stage_settings(config, "judge")
     local = build_settings(JudgeModelSettings, local_flags)  # a bad value is named under its flag first
     trust_remote_code = code_flags.get("trust_remote_code", False)
     settings = build_settings(ModelSettings, {**model_flags, **code_flags})
-    if judge_model is not None:
-        _refuse_api_judge(judge_flags, section, judge_backend)
-        _judge_locally(inputs, output, judge_model, local, settings, judge_flags.get("seed", 0))
+    if pick.judge_model is not None:
+        _refuse_api_judge(judge_flags, section, pick.judge_backend)
+        _judge_locally(inputs, output, pick, local, settings, judge_flags.get("seed", 0))
     elif local_flags or model_flags:
         raise CheemsInputError("--judge-language, --judge-ties and the model run flags go with --judge-model DIR")
     else:
-        _judge_by_api(inputs, output, config, section, both_orders, judge_backend, trust_remote_code, judge_flags)
+        _judge_by_api(inputs, output, config, section, both_orders, pick, trust_remote_code, judge_flags)
 
 
 def _refuse_api_judge(judge_flags: dict, section: dict, judge_backend: str) -> None:
@@ -155,18 +155,18 @@ def _refuse_api_judge(judge_flags: dict, section: dict, judge_backend: str) -> N
 
 
 def _judge_by_api(inputs: list, output: Path, config: Optional[Path], section: dict, both_orders: bool,
-                  judge_backend: str, trust_remote_code: bool, judge_flags: dict) -> None:
+                  pick: ScorerSettings, trust_remote_code: bool, judge_flags: dict) -> None:
     name = judge_flags.get("model") or section.get("model")
     if not name:
         raise CheemsInputError("give the judge model: --judge NAME (or 'model' in the judge section), "
                                "or a local one: --judge-model DIR")
-    base, generate = judge_backend_for(judge_backend, name, judge_flags.get("api_base") or section.get("api_base"),
-                                       trust_remote_code)
+    base, generate = judge_backend_for(pick.judge_backend, name,
+                                       judge_flags.get("api_base") or section.get("api_base"), trust_remote_code)
     given = {**judge_flags, "model": name, "api_base": base,
              "both_orders": True if both_orders else section.get("both_orders", False)}
     cfg = build_settings(JudgeConfig, given, config=config, section=section, prefix="judge.")
     with progress("judging pairs") as bar:
-        report = cheems.curate_judge(inputs, output, cfg, generate=generate, progress=bar)
+        report = cheems.curate_judge(inputs, output, cfg, scorer=pick, generate=generate, progress=bar)
     labels = report["labels"]
     out.print(f"{report['judgements']} judgements of {report['pairs']} pairs: {labels['g']} A, {labels['b']} B, "
               f"{labels['s']} ties; {report['unparseable']} without a verdict, {report['failed']} failed; "
@@ -175,10 +175,10 @@ def _judge_by_api(inputs: list, output: Path, config: Optional[Path], section: d
     _done(report, "judged")
 
 
-def _judge_locally(inputs: list, output: Path, judge_model: Path, judge_settings: JudgeModelSettings,
+def _judge_locally(inputs: list, output: Path, pick: ScorerSettings, judge_settings: JudgeModelSettings,
                    settings: ModelSettings, seed: int) -> None:
     with progress("judging pairs") as bar:
-        report = cheems.curate_judge(inputs, output, judge_model=judge_model, judge_settings=judge_settings,
+        report = cheems.curate_judge(inputs, output, scorer=pick, judge_settings=judge_settings,
                                      model_settings=settings, seed=seed, progress=bar, notify=say)
     labels = report["labels"]
     resumed = report["resumed_judgements"]
@@ -211,8 +211,7 @@ def resolve(
     reward model agrees with; report kept/dropped and judge-RM agreement per category."""
     output, config = build_settings(OutputSettings, out_flags).output, config_flags.get("config")
     pick, inputs = build_settings(ScorerSettings, scorer_flags), data_paths(inputs)
-    rm, scores = pick.model, pick.scores
-    refuse_no_rows(scores)
+    refuse_no_rows(pick.scores)
     from cheems.cli.report import server_settings
     from cheems.curation.stages import stage_settings
 
@@ -220,10 +219,10 @@ def resolve(
                          prefix="resolve.")
     cut = build_settings(TruncationSettings, cut_flags).scoring_side()
     settings, server = build_settings(ModelSettings, {**model_flags, **cut}), server_settings(server_flags)
-    computed = rm is not None or server is not None  # with --scores there is nothing to score: no bar
+    computed = pick.model is not None or server is not None  # with --scores there is nothing to score: no bar
     scoring = progress("scoring") if computed else contextlib.nullcontext()
     with scoring as bar:
-        report = cheems.curate_resolve(inputs, output, scores=scores, rm=rm, server=server, settings=cfg,
+        report = cheems.curate_resolve(inputs, output, scorer=pick, server=server, settings=cfg,
                                        model_settings=settings, progress=bar, notify=say)
     t = report["total"]
     out.print(f"kept {t['kept']} of {t['comparisons']} comparisons, dropped {t['dropped']} "
@@ -246,11 +245,10 @@ def debias(
 ):
     """Length debiasing (§4.2): downsample whichever of chosen-longer / chosen-shorter pairs is
     larger to the size of the other. Dropped pairs stay in their rows."""
-    output = build_settings(OutputSettings, out_flags).output
-    seed = build_settings(StatisticsSettings, stats_flags).seed
-    if seed is None:
+    output, stats = build_settings(OutputSettings, out_flags).output, build_settings(StatisticsSettings, stats_flags)
+    if stats.seed is None:
         raise CheemsInputError("missing --seed (the downsampling's seed)")
-    report = cheems.curate_debias(data_paths(inputs), output, seed=seed, tolerance=tolerance)
+    report = cheems.curate_debias(data_paths(inputs), output, statistics=stats, tolerance=tolerance)
     b, a = report["before"], report["after"]
     out.print(f"chosen-longer {b['chosen_longer']} -> {a['chosen_longer']}, chosen-shorter {b['chosen_shorter']} -> "
               f"{a['chosen_shorter']} (share longer {fmt(b['chosen_longer_share'], 3)} -> "
@@ -291,7 +289,7 @@ def bias(
 ):
     """Annotator bias (Appendix D.3): P(response A chosen) by length difference and by position,
     per file, with Wilson intervals and a binomial test."""
-    extra, skip_invalid = build_settings(ExtraOutputs, extra_flags), read_flags.get("skip_invalid", False)
+    extra, read = build_settings(ExtraOutputs, extra_flags), build_settings(ReadSettings, read_flags)
     files, json_out, plots = data_paths(files), extra.json, extra.plots
     from cheems.curation.bias import format_bias_table
     from cheems.io import check_outputs, write_json
@@ -301,7 +299,7 @@ def bias(
     except ValueError:
         raise CheemsInputError(f"bins must be comma-separated numbers, got {bins!r}", field="--bins") from None
     check_outputs([json_out], files)
-    result = cheems.analyze_bias(files, bins=edges, plots=plots, skip_invalid=skip_invalid)
+    result = cheems.analyze_bias(files, bins=edges, plots=plots, read=read)
     print_skipped(result["skipped"])
     if result["identical"]:
         err.print(f"note: {result['identical']} row(s) hold two responses of identical text; a choice between them "

@@ -44,9 +44,8 @@ def tasks(
 ):
     """Write the triple-wise annotation tasks of every prompt (paper §3.2)."""
     output, read = build_settings(OutputSettings, out_flags).output, build_settings(ReadSettings, read_flags)
-    seed = build_settings(StatisticsSettings, stats_flags).seed
-    made = cheems.make_tasks(data_paths(file), output, design=design.value, seed=seed, skip_invalid=read.skip_invalid,
-                             fmt=read.format)
+    stats = build_settings(StatisticsSettings, stats_flags)
+    made = cheems.make_tasks(data_paths(file), output, design=design.value, statistics=stats, read=read)
     print_skipped(made.errors)
     coverage = made.coverage
     full = sum(c == 1.0 for c in coverage)
@@ -71,7 +70,7 @@ def rank(
     """Resolve annotation conflicts into partial rankings (paper Algorithm 1)."""
     output, read = build_settings(OutputSettings, out_flags).output, build_settings(ReadSettings, read_flags)
     ranked = cheems.rank(data_paths(annotations), output, report=extra_flags.get("report"),
-                         keep_comparisons=keep_comparisons, skip_invalid=read.skip_invalid, fmt=read.format)
+                         keep_comparisons=keep_comparisons, read=read)
     print_skipped(ranked.errors)
     print_reworded(ranked.reworded)
     if not ranked.prompts:
@@ -108,9 +107,9 @@ def validate(files: List[Path] = typer.Argument(..., help="Files to check (any c
     """Check files row by row: counts, the format of each file (of each group of rows when they
     mix formats), what `eval` and `train` would refuse (the errors, grouped by kind) or note.
     Exit 1 if any row is bad."""
-    bad, fmt = 0, build_settings(ReadSettings, read_flags).format
+    bad, read = 0, build_settings(ReadSettings, read_flags)
     for f, path in zip(files, data_paths(files)):
-        found = cheems.validate(path, fmt=fmt)
+        found = cheems.validate(path, read=read)
         res = found.read
         status = "ok" if not res.errors else f"{len(res.errors)} invalid row(s)"
         out.print(f"{f}: {len(res.prompts)} valid row(s), {found.responses} responses, {found.ranked} ranked, "
@@ -194,7 +193,7 @@ def stats(
 ):
     """The paper's Table 1 statistics: prompts, responses, comparisons, average lengths."""
     read = build_settings(ReadSettings, read_flags)
-    found = cheems.stats(data_paths(files), skip_invalid=read.skip_invalid, fmt=read.format)
+    found = cheems.stats(data_paths(files), read=read)
     table = Table(title="Dataset statistics")
     table.add_column("file", overflow="fold")
     for col in ("prompts", "responses/prompt", "comparisons", "prompt chars", "chosen chars", "rejected chars"):

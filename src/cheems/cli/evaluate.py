@@ -65,11 +65,8 @@ def eval_(
     settings = build_settings(ModelSettings, {**model_flags, **cut})
     label = "judging" if judge or local else "scoring" if pick.model is not None else None
     with (progress(label) if label else contextlib.nullcontext(None)) as bar:
-        result = cheems.evaluate(bench, scores=pick.scores, baseline=pick.scorer, model=pick.model,
-                                 model_settings=settings, judge=judge, generate=generate, judge_model=pick.judge_model,
-                                 judge_settings=local, n_bootstrap=stats.bootstrap, seed=stats.seed,
-                                 skip_invalid=read.skip_invalid, progress=bar, notify=say, ties=stats.ties,
-                                 fmt=read.format, dedupe=read.dedupe, name=pick.name)
+        result = cheems.evaluate(bench, scorer=pick, statistics=stats, read=read, model_settings=settings, judge=judge,
+                                 generate=generate, judge_settings=local, progress=bar, notify=say)
     _print_evaluation(result, json_out, items_out, judge is not None or local is not None)
 
 
@@ -168,16 +165,15 @@ def score(
     same command, resumes where it stopped.
     """
     dest, pick = build_settings(OutputSettings, out_flags), build_settings(ScorerSettings, scorer_flags)
-    seed, read = build_settings(StatisticsSettings, stats_flags).seed, build_settings(ReadSettings, read_flags)
+    stats, read = build_settings(StatisticsSettings, stats_flags), build_settings(ReadSettings, read_flags)
     model, scorer, output = pick.model, pick.scorer, dest.output
     if (model is None) == (scorer is None):
         raise CheemsInputError("give exactly one of --model DIR or --scorer length|random")
     cut = build_settings(TruncationSettings, cut_flags).scoring_side()
     settings = build_settings(ModelSettings, {**model_flags, **cut})
     with progress("scoring on Ray" if ray else "scoring") if model else contextlib.nullcontext(None) as bar:
-        run = cheems.score(data_paths(bench), output, model=model, baseline=scorer, settings=settings, ray=ray,
-                           replicas=replicas, overwrite=dest.overwrite, seed=seed, skip_invalid=read.skip_invalid,
-                           fmt=read.format, progress=bar, notify=say)
+        run = cheems.score(data_paths(bench), dest, scorer=pick, statistics=stats, read=read, settings=settings,
+                           ray=ray, replicas=replicas, progress=bar, notify=say)
     _print_scored(run, scorer, model, output, ray)
 
 

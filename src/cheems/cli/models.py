@@ -100,13 +100,12 @@ def init_model_cmd(
     out_flags: dict = None, stats_flags: dict = None, read_flags: dict = None,
 ):
     """Build a small randomly initialised reward model and a tokenizer trained on your texts."""
-    output = build_settings(OutputSettings, out_flags).output
-    seed = build_settings(StatisticsSettings, stats_flags).seed
-    skip_invalid = read_flags.get("skip_invalid", False)
+    output, stats = build_settings(OutputSettings, out_flags).output, build_settings(StatisticsSettings, stats_flags)
+    read = build_settings(ReadSettings, read_flags)
     for path in tokenizer_from:
         refuse_no_rows(path)
-    made = cheems.init_model(output, tokenizer_from, size=size, head=head, vocab_size=vocab_size, seed=seed,
-                             skip_invalid=skip_invalid)
+    made = cheems.init_model(output, tokenizer_from, size=size, head=head, vocab_size=vocab_size, statistics=stats,
+                             read=read)
     print_skipped(made.errors)
     what = "reward model" if head == "seq-cls" else "causal LM"
     out.print(f"wrote a {size} {what} (random weights) and a tokenizer trained on {made.texts} texts -> {output}")

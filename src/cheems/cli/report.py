@@ -74,7 +74,7 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
     from cheems.io import check_outputs, write_json
 
     pick, stats = build_settings(ScorerSettings, scorer_flags), build_settings(StatisticsSettings, stats_flags)
-    json_out, skip_invalid = build_settings(ExtraOutputs, extra_flags).json, read_flags.get("skip_invalid", False)
+    json_out, read = build_settings(ExtraOutputs, extra_flags).json, build_settings(ReadSettings, read_flags)
     check_outputs([json_out], [*candidates, gold, pick.scores, judge_flags.get("cache_path")])
     for path in (*candidates, gold, pick.scores):
         refuse_no_rows(path)
@@ -83,12 +83,11 @@ def bon(candidates: List[Path] = typer.Argument(..., help="Prompt rows with N ca
     cut = build_settings(TruncationSettings, cut_flags).scoring_side()
     scoring = pick.model or server or judge or local
     with progress("scoring / judging") if scoring else contextlib.nullcontext(None) as bar:
-        report, errors = cheems.best_of_n(candidates, gold=gold, ns=ns, scores=pick.scores, model=pick.model,
+        report, errors = cheems.best_of_n(candidates, gold=gold, ns=ns, scorer=pick, statistics=stats, read=read,
                                           server=server, model_settings=build_settings(ModelSettings,
                                                                                        {**model_flags, **cut}),
-                                          judge=judge, judge_model=pick.judge_model, judge_settings=local,
-                                          baseline=baseline, n_bootstrap=stats.bootstrap, seed=stats.seed,
-                                          skip_invalid=skip_invalid, progress=bar, notify=say, name=pick.name)
+                                          judge=judge, judge_settings=local, baseline=baseline, progress=bar,
+                                          notify=say)
     print_skipped(errors)
     if json_out:
         write_json(json_out, report)
@@ -160,7 +159,7 @@ def compare(a: Path = typer.Argument(..., help="`cheems eval --json` report of m
 
     stats, json_out = build_settings(StatisticsSettings, stats_flags), build_settings(ExtraOutputs, extra_flags).json
     check_outputs([json_out], [a, b, sidecar(a, "items"), sidecar(b, "items")])
-    result = cheems.compare(a, b, n_bootstrap=stats.bootstrap, seed=stats.seed)
+    result = cheems.compare(a, b, statistics=stats)
     if json_out:
         write_json(json_out, result)
     _print_compare(result)
@@ -203,7 +202,7 @@ def correlate(results: List[Path] = typer.Argument(..., help="eval / bon reports
 
     stats, json_out = build_settings(StatisticsSettings, stats_flags), build_settings(ExtraOutputs, extra_flags).json
     check_outputs([json_out], [*results, downstream])
-    result = cheems.correlate(results, downstream, n_bootstrap=stats.bootstrap, seed=stats.seed)
+    result = cheems.correlate(results, downstream, statistics=stats)
     if json_out:
         write_json(json_out, result)
     table = Table(title=f"Correlation across {len(result['models'])} reward models (Pearson / Spearman / Kendall)")

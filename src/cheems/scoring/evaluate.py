@@ -79,7 +79,7 @@ def evaluate_benchmark(bench: Sequence[str | os.PathLike], *, scores: str | os.P
     check_bootstrap(n_bootstrap)
     if sum(x is not None for x in (scores, baseline, model, judge, judge_model)) != 1:
         raise CheemsInputError(Notice(
-            "give exactly one scorer: a scores file (", Setting("scores"), "), a baseline (", Setting("baseline"),
+            "give exactly one scorer: a scores file (", Setting("scores"), "), a baseline (", Setting("scorer"),
             ": length or random), a reward model folder (", Setting("model"), "), an API judge model (",
             Setting("judge"), ", with its endpoint) or a judge model folder (", Setting("judge_model"), ")"))
     _check_folder(model, judge_model, model_settings or ModelSettings())  # before reading the benchmark
