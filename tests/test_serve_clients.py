@@ -195,11 +195,18 @@ def test_a_bad_server_url_is_one_line(tmp_path, bench, url, says):
     assert says in one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--server", url))
 
 
-def test_a_server_that_is_down_is_one_line_after_the_retries(tmp_path, bench):
+def test_a_server_that_is_down_is_one_line_after_the_retries(tmp_path, bench, monkeypatch):
+    import types
+
+    from cheems.scoring import remote_scorer
+
+    waits: list[float] = []  # the backoff the client waits between tries, recorded instead of slept
+    monkeypatch.setattr(remote_scorer, "time", types.SimpleNamespace(sleep=waits.append))
     candidates, gold = bench
     url = f"http://127.0.0.1:{free_port()}"
     line = one_error_line(run_cli_in(tmp_path, "bon", candidates, "--gold", gold, "--server", url))
     assert line == f"error: --server: cannot reach the reward server at {url}: connection refused (tried 4 times)"
+    assert waits == [0.5, 1.0, 2.0]  # exponential backoff from the default 0.5 s
     with pytest.raises(CheemsInputError, match=re.escape(f"reward server at {url}: connection refused (tried 1 time)")):
         RemoteScorer(url + "/v1/score/", retries=0).health()  # a route named in the URL is dropped
 
