@@ -148,7 +148,8 @@ def convert(source: str | os.PathLike, output: str | os.PathLike, *, dtype: str 
 
 def serve(model: str | os.PathLike, *, model_settings: ModelSettings | None = None,
           engine_settings: EngineSettings | None = None, settings: ServeSettings | None = None,
-          on_ready: Callable[[str, list], None] | None = None, notify: Callable[[str], None] | None = None) -> int:
+          on_ready: Callable[[str, list], None] | None = None, notify: Callable[[str], None] | None = None,
+          setting_names: Mapping[str, str] | None = None) -> int:
     """Serve a reward model over HTTP until SIGTERM or Ctrl+C, concurrent requests batched together.
 
     The routes are OpenRLHF's ``/get_reward``, vLLM's and SGLang's ``/classify``, ``/pooling``,
@@ -165,6 +166,9 @@ def serve(model: str | os.PathLike, *, model_settings: ModelSettings | None = No
         on_ready: ``on_ready(url, served)`` once the server listens (``served``: one
             :class:`~cheems.serving.server.ServedModel` per replica).
         notify: Gets the lines of the model loading.
+        setting_names: How the server's refusals and log lines name its settings (setting -> name),
+            e.g. ``{"max_body_bytes": "--max-body-bytes"}`` as ``cheems serve`` gives its flags;
+            by default each setting's own name (``larger than 16777216 bytes (max_body_bytes)``).
 
     Returns:
         The exit status: 0 once stopped, 1 when a replica crashed at start or ended badly.
@@ -178,14 +182,22 @@ def serve(model: str | os.PathLike, *, model_settings: ModelSettings | None = No
     from cheems.serving.engine import EngineSettings
     from cheems.serving.settings import ServeSettings
 
+    from cheems.serving.naming import setting_names as names_in_use
+    from cheems.serving.naming import use_setting_names
+
     model_settings, engine_settings = model_settings or ModelSettings(), engine_settings or EngineSettings()
     settings, ready = settings or ServeSettings(), on_ready or (lambda url, served: None)
-    if settings.replicas > 1:
-        from cheems.serving.replicas import serve_replicas
+    before = names_in_use()
+    use_setting_names(setting_names)
+    try:
+        if settings.replicas > 1:
+            from cheems.serving.replicas import serve_replicas
 
-        return serve_replicas(model, model_settings, engine_settings, settings, ready)
-    from cheems.serving.server import build_reward_app, run_server
+            return serve_replicas(model, model_settings, engine_settings, settings, ready)
+        from cheems.serving.server import build_reward_app, run_server
 
-    built = build_reward_app(model, model_settings, engine_settings, settings, notify=notify)
-    run_server(built, settings, lambda url: ready(url, [built.served]))
-    return 0
+        built = build_reward_app(model, model_settings, engine_settings, settings, notify=notify)
+        run_server(built, settings, lambda url: ready(url, [built.served]))
+        return 0
+    finally:
+        use_setting_names(before)

@@ -19,7 +19,7 @@ from cheems.scoring.model_settings import ModelSettings
 from cheems.serving.engine import EngineSettings
 from cheems.serving.settings import ServeSettings
 
-__all__ = ["ready_line", "serve"]
+__all__ = ["flag_names", "ready_line", "serve"]
 
 MODEL_FLAGS_NOT_TAKEN = ("batch_size", "token_budget", "check", "truncation")
 """ModelSettings the server leaves out: the engine's --max-batch and --token-budget size its
@@ -59,9 +59,19 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
         print(ready_line(url, served), file=sys.stderr, flush=True)
 
     status = cheems.serve(model, model_settings=model_settings, engine_settings=engine_settings, settings=settings,
-                          on_ready=ready, notify=say)
+                          on_ready=ready, notify=say, setting_names=flag_names())
     if status:
         raise typer.Exit(status)
+
+
+def flag_names() -> dict[str, str]:
+    """How the server's refusals and log lines name its settings: by this command's flags (the
+    engine's ``truncate`` is ``--truncation left`` here)."""
+    from cheems.cli.flags import FLAGS_OF, NO_VALUE
+
+    names = {spec.field: spec.flag for spec in FLAGS_OF[f"{serve.__module__}.{serve.__qualname__}"]
+             if spec.alias_value is NO_VALUE}  # not the hidden old spelling --truncate
+    return {**names, "truncate": "--truncation left"}
 
 
 def ready_line(url: str, served: list) -> str:

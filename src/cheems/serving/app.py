@@ -53,6 +53,7 @@ from cheems.serving.contracts import (REASON_HEADER, ContractError, decode_json_
                                       parse_get_reward, parse_json_body, parse_score_rows, refusal_reason, score_reply)
 from cheems.serving.drain import Drain
 from cheems.serving.engine import EngineUnavailable, ScoringEngine
+from cheems.serving.naming import named
 from cheems.serving.inference_servers import (SGLANG, TextsRequest, embeddings_reply, parse_classify,
                                               parse_embeddings, parse_pooling, parse_score_evaluation, pooling_reply,
                                               score_evaluation_reply, sglang_classify_reply, vllm_classify_reply)
@@ -222,7 +223,7 @@ async def _json(request, settings: ServeSettings, off_loop) -> dict:
     ``PARSE_OFF_LOOP_BYTES`` is decoded and parsed on the worker thread, so the event loop keeps
     answering meanwhile."""
     limit = settings.max_body_bytes
-    too_large = ContractError(413, f"larger than {limit} bytes (--max-body-bytes)", "body")
+    too_large = ContractError(413, f"larger than {limit} bytes ({named('max_body_bytes')})", "body")
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > limit):
         raise too_large
@@ -319,7 +320,7 @@ def log_request(method: str | None, path: str, status: int, seconds: float, reas
 
 def _gone(drain: Drain) -> str:
     if drain.abandoned:
-        return "the server stopped at once before answering (--shutdown-timeout-s, or Ctrl+C twice)"
+        return f"the server stopped at once before answering ({named('shutdown_timeout_s')}, or Ctrl+C twice)"
     return "the client closed the connection before its request was read"
 
 

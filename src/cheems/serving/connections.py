@@ -34,6 +34,7 @@ from typing import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from cheems.serving.naming import named
 from cheems.serving.contracts import REASON_HEADER, error_body, refusal_reason
 
 __all__ = ["BoundedHttpProtocol", "HeadLimits", "LINGER_S", "bounded_protocol", "with_reason_phrase"]
@@ -113,7 +114,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             return
         self._head_bytes += len(data)
         if self._head_bytes > self.limits.max_bytes:
-            self._refuse(431, f"larger than {self.limits.max_bytes} bytes (--max-header-bytes)")
+            self._refuse(431, f"larger than {self.limits.max_bytes} bytes ({named('max_header_bytes')})")
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -145,7 +146,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
             self._head_timer = self.loop.call_later(self.limits.timeout_s, self._head_late)
             return
         self._refuse(408, f"the request head was not complete within {self.limits.timeout_s:g} s "
-                     "(--header-timeout-s)")
+                     f"({named('header_timeout_s')})")
 
     def _answering(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete

@@ -42,6 +42,7 @@ import re
 from typing import Any, Sequence
 
 from cheems.records import CheemsInputError, Prompt, PromptText
+from cheems.serving.naming import named
 from cheems.serving.settings import ServeSettings
 
 __all__ = ["REASON_HEADER", "ContractError", "checked_texts", "decode_json_bytes", "error_body", "get_reward_reply",
@@ -193,7 +194,7 @@ def parse_score_rows(body: dict, limits: ServeSettings) -> list[Prompt]:
         responses += len(p.responses)
         if responses > limits.max_queries:
             raise ContractError(413, f"more than {limits.max_queries} responses in one request "
-                                "(--max-queries); split the rows over several requests", "rows")
+                                f"({named('max_queries')}); split the rows over several requests", "rows")
         _check_row_lengths(p, i, limits.max_query_chars)
         prompts.append(p)
     return prompts
@@ -201,10 +202,10 @@ def parse_score_rows(body: dict, limits: ServeSettings) -> list[Prompt]:
 
 def _check_row_lengths(p: Prompt, i: int, limit: int) -> None:
     if _chars(p.prompt) > limit:
-        raise ContractError(413, f"longer than {limit} characters (--max-query-chars)", f"rows[{i}].prompt")
+        raise ContractError(413, f"longer than {limit} characters ({named('max_query_chars')})", f"rows[{i}].prompt")
     for j, r in enumerate(p.responses):
         if len(r.content) > limit:
-            raise ContractError(413, f"longer than {limit} characters (--max-query-chars)",
+            raise ContractError(413, f"longer than {limit} characters ({named('max_query_chars')})",
                                 f"rows[{i}].responses[{j}].content")
 
 
@@ -234,14 +235,14 @@ def checked_texts(value: Any, name: str, limits: ServeSettings, *, allow_single:
         raise ContractError(422, "empty: give at least one text", name)
     if len(value) > limits.max_queries:
         raise ContractError(413, f"{len(value)} texts, more than {limits.max_queries} in one request "
-                            "(--max-queries); split them over several requests", name)
+                            f"({named('max_queries')}); split them over several requests", name)
     for i, text in enumerate(value):
         if not isinstance(text, str):
             hint = " (token ids are not taken: send the text)" if isinstance(text, int) else ""
             raise ContractError(422, f"must be a text, got {json_type(text)}{hint}", f"{name}[{i}]")
         if len(text) > limits.max_query_chars:
             raise ContractError(413, f"{len(text)} characters, more than {limits.max_query_chars} "
-                                "(--max-query-chars)", f"{name}[{i}]")
+                                f"({named('max_query_chars')})", f"{name}[{i}]")
     return value
 
 

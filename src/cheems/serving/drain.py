@@ -30,6 +30,8 @@ from typing import Callable
 
 import uvicorn
 
+from cheems.serving.naming import named
+
 __all__ = ["Drain", "RewardServer", "signal_name"]
 
 LOG = logging.getLogger("cheems.serving.server")
@@ -121,8 +123,8 @@ class RewardServer(uvicorn.Server):
         n, by = self.drain.in_flight, self.stopped_by or "request"
         if n:
             LOG.info("stopping on %s: %s in flight; /health answers 503 and new requests are refused until %s "
-                     "answered (at most %g s, --shutdown-timeout-s; Ctrl+C again stops at once)", by, _requests(n),
-                     "it is" if n == 1 else "they are", self.timeout_s)
+                     "answered (at most %g s, %s; Ctrl+C again stops at once)", by, _requests(n),
+                     "it is" if n == 1 else "they are", self.timeout_s, named("shutdown_timeout_s"))
         else:
             LOG.info("stopping on %s: no request in flight", by)
         answered = await self.drain.wait(self.timeout_s, lambda: self.force_exit)
@@ -148,7 +150,7 @@ class RewardServer(uvicorn.Server):
         """Give up the requests still in flight: log how many, close their connections."""
         self.drain.abandon()
         n = self.drain.in_flight
-        why = "Ctrl+C again" if self.force_exit else f"{self.timeout_s:g} s passed (--shutdown-timeout-s)"
+        why = "Ctrl+C again" if self.force_exit else f"{self.timeout_s:g} s passed ({named('shutdown_timeout_s')})"
         LOG.info("stopping at once (%s, after %.3f s): %s in flight left unanswered, %s connection closed", why,
                  seconds, _requests(n), "its" if n == 1 else "their")
         for connection in list(self.server_state.connections):

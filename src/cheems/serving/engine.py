@@ -41,6 +41,7 @@ from typing import Sequence
 
 from cheems.models.memory_budget import is_out_of_memory
 from cheems.records import CheemsInputError, Prompt, prompt_key
+from cheems.serving.naming import named
 from cheems.serving.serve_metrics import ServeMetrics
 from cheems.settings import check_settings, setting
 
@@ -198,7 +199,7 @@ class ScoringEngine:
             return array(TOKEN_TYPECODE, ids)
         elif not self.settings.truncate:
             raise CheemsInputError(f"{len(ids)} tokens, more than the model's max length {limit}; shorten it, "
-                                   "or start the server with --truncate", field=where)
+                                   f"or start the server with {named('truncate')}", field=where)
         self.metrics.count_truncated(1)
         return array(TOKEN_TYPECODE, ids[-limit:] if self.rm.truncation == "left" else ids[:limit])
 
@@ -281,7 +282,7 @@ class ScoringEngine:
         limit = self.settings.max_queue
         if len(seqs) > limit:
             raise CheemsInputError(f"{len(seqs)} sequences in one request; the queue holds at most {limit} "
-                                   "(--max-queue)")
+                                   f"({named('max_queue')})")
         if self._waiting + len(seqs) > limit:
             raise QueueFullError(f"queue full: {self._waiting} sequences waiting, at most {limit}")
 

@@ -47,15 +47,16 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Callable
 
-from cheems.records import CheemsInputError
+from cheems.records import CheemsInputError, Setting
 from cheems.scoring.model_settings import ModelSettings
 from cheems.serving.drain import signal_name
 from cheems.serving.engine import EngineSettings
+from cheems.serving.naming import named, setting_names, use_setting_names
 from cheems.serving.server import ServedModel, build_reward_app, check_reward_model, run_server
 from cheems.serving.settings import ServeSettings
 
@@ -77,6 +78,7 @@ class ReplicaJob:
     model_settings: ModelSettings
     engine_settings: EngineSettings
     settings: ServeSettings
+    setting_names: dict = field(default_factory=dict)  # how refusals and log lines name settings (naming.py)
 
 
 def replica_device(device: str, index: int, gpus: Callable[[], int] | None = None) -> str:
@@ -103,8 +105,8 @@ def listen(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as e:
         sock.close()
-        field = "--port" if e.errno in (errno.EADDRINUSE, errno.EACCES) else "--host"
-        raise CheemsInputError(f"cannot listen on {host}:{port}: {e.strerror or e}", field=field) from None
+        where = Setting("port" if e.errno in (errno.EADDRINUSE, errno.EACCES) else "host")
+        raise CheemsInputError(f"cannot listen on {host}:{port}: {e.strerror or e}", field=where) from None
     sock.listen(BACKLOG)
     sock.set_inheritable(True)
     return sock
@@ -132,7 +134,7 @@ def serve_replicas(model: str | os.PathLike, model_settings: ModelSettings, engi
     sock = listen(settings.host, settings.port)
     log_to(sys.stderr, "cheems.serving")
     url = listening_url(settings.host, sock.getsockname()[1])
-    job = ReplicaJob(str(model), model_settings, engine_settings, settings)
+    job = ReplicaJob(str(model), model_settings, engine_settings, settings, setting_names())
     return Supervisor(job, sock, multiprocessing.get_context(start_method())).run(lambda served: on_ready(url, served))
 
 
@@ -299,8 +301,8 @@ class Supervisor:
         if by:
             alive = sum(r.process is not None for r in self.replicas)
             LOG.info("stopping on %s: %d replicas drain their requests in flight (at most %g s, "
-                     "--shutdown-timeout-s; Ctrl+C again stops at once)", by, alive,
-                     self.job.settings.shutdown_timeout_s)
+                     "%s; Ctrl+C again stops at once)", by, alive,
+                     self.job.settings.shutdown_timeout_s, named("shutdown_timeout_s"))
         self._pass_on(sig)
 
     def _pass_on(self, sig: int) -> None:
@@ -350,6 +352,7 @@ def run_replica(job: ReplicaJob, index: int, sock: socket.socket, conn: Connecti
     supervisor = os.getppid()
     os.environ.setdefault("LOCAL_WORLD_SIZE", str(job.settings.replicas))
     prefix = f"replica {index}: "
+    use_setting_names(job.setting_names)  # a replica started by forkserver or spawn has none yet
     try:
         model_settings = replace(job.model_settings, device=replica_device(job.model_settings.device, index))
         built = build_reward_app(Path(job.model), model_settings, job.engine_settings, job.settings,
