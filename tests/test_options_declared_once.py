@@ -62,29 +62,38 @@ HAND_TYPED = {
 """Each hand-typed option, by command and flag, and why it is not a generated setting."""
 
 SHARED_IN_LIBRARY = {
-    "--seed": "the seed of a run: TrainConfig, SampleConfig, JudgeConfig, WorkflowSettings and StatisticsSettings",
-    "--output": "what a run writes: TrainConfig (YAML key too) and OutputSettings",
-    "--skip-invalid": "TrainConfig (YAML key too) and ReadSettings",
-    "--max-length": "TrainConfig and ModelSettings",
-    "--token-budget": "TrainConfig, ModelSettings and EngineSettings",
-    "--packing": "TrainConfig and ModelSettings",
-    "--share-prefix": "TrainConfig and ModelSettings",
-    "--liger-kernels": "TrainConfig and ModelSettings",
-    "--compile": "TrainConfig and ModelSettings",
-    "--model": "TrainConfig's starting checkpoint and ScorerSettings' reward model",
-    "--concurrency": "SampleConfig and JudgeConfig (requests to endpoints)",
-    "--max-reply-bytes": "SampleConfig and JudgeConfig (requests to endpoints)",
-    "--cache": "SampleConfig and JudgeConfig (the reply cache)",
-    "--host": "the reward server's ServeSettings and the annotation server's ServerSettings",
-    "--port": "the reward server's ServeSettings and the annotation server's ServerSettings",
-    "--api-key-file": "the file of a bearer token: ServeSettings (asked) and RemoteScorerSettings (sent)",
-    "--judge-language": "the judge prompt's language: JudgeModelSettings and TrainConfig (generative)",
-    "--judge-ties": "tied pairs as a third verdict: JudgeModelSettings and TrainConfig (generative)",
+    "--seed": "each seeds its own choices, and the types differ: an int in TrainConfig (batching and "
+              "initialisation), SampleConfig (sample k asks with seed + k), JudgeConfig (the random orders, the "
+              "bootstrap) and WorkflowSettings (shown orders, review samples); int | None in StatisticsSettings "
+              "(None: tasks keeps the file order, curate debias asks for one), which the others must not take",
+    "--output": "TrainConfig's checkpoint folder (resumed with --resume) and OutputSettings' file (started again "
+                "with --overwrite); TrainConfig is a mutable dataclass, OutputSettings a frozen one, and one "
+                "cannot inherit from the other",
+    "--skip-invalid": "one meaning, but TrainConfig is a mutable dataclass and ReadSettings a frozen one (which "
+                      "also holds format and dedupe, which training does not take): one cannot inherit from the "
+                      "other",
+    "--token-budget": "left out (None), a different cap: 1024 tokens on a CPU when scoring (ModelSettings, "
+                      "EngineSettings), the micro batch size alone when training (TrainConfig); and the server's "
+                      "EngineSettings is a frozen dataclass, ModelSettings a mutable one: one cannot inherit "
+                      "from the other",
+    "--model": "TrainConfig's starting checkpoint and ScorerSettings' reward model to score with",
+    "--judge-language": "the judge prompt's language, two settings: TrainConfig's judge_language (default zh) "
+                        "picks the template a model is trained on and records; JudgeModelSettings' language "
+                        "(default: what the model recorded) picks the one it judges with. Other field names, "
+                        "other defaults",
+    "--judge-ties": "TrainConfig's judge_ties trains tied pairs as a third verdict (and records it); "
+                    "JudgeModelSettings' ties offers that verdict when judging (default: what the model "
+                    "recorded). Other field names, other meanings of the default",
 }
-"""Flags that are still one setting declared in two library configs (each its own YAML section),
-with the classes: the next ones to move into :mod:`cheems.common_settings`."""
+"""Flags that name two or more settings, each declared in a library config of its own, and why they
+cannot be one declaration (:mod:`cheems.common_settings`)."""
 
 
+def declared_in(cls: type, field: str) -> type:
+    """The class that declares ``field`` of the settings dataclass ``cls``: ``cls`` itself, or the
+    shared settings class it takes the field from by inheritance (``ModelSettings.max_length`` is
+    ``ModelRunSettings``'). A subclass that declares the field again is its declaring class."""
+    return next(k for k in cls.__mro__ if field in inspect.get_annotations(k))
 
 
 def specs_of(command):
@@ -102,7 +111,8 @@ def every_option() -> dict[tuple[str, str], str]:
                 continue
             name = max(p.opts, key=len)
             spec = generated.get(name)
-            found[(" ".join(path), name)] = f"{spec.cls.__name__}.{spec.field}" if spec else "hand-typed"
+            found[(" ".join(path), name)] = (f"{declared_in(spec.cls, spec.field).__name__}.{spec.field}" if spec
+                                             else "hand-typed")
     return found
 
 
@@ -122,12 +132,13 @@ def test_at_most_40_hand_typed_options_in_the_cli_source():
 
 
 def test_a_flag_name_means_one_setting_everywhere():
-    """One flag name, one (declaring class, field), across every command; the flags still declared in
-    two library configs are listed with their classes."""
+    """One flag name, one (declaring class, field), across every command: a setting several configs
+    take is declared once, in a shared class they inherit it from; the flags that still name two
+    settings are listed with the reason."""
     meanings: dict[str, set[tuple[str, str]]] = {}
     for command in COMMANDS.values():
         for s in specs_of(command):
-            meanings.setdefault(s.flag, set()).add((s.cls.__name__, s.field))
+            meanings.setdefault(s.flag, set()).add((declared_in(s.cls, s.field).__name__, s.field))
     shared = {flag for flag, m in meanings.items() if len(m) > 1}
     assert shared - set(SHARED_IN_LIBRARY) == set(), {f: meanings[f] for f in shared - set(SHARED_IN_LIBRARY)}
     assert set(SHARED_IN_LIBRARY) - shared == set(), "listed as shared, but one setting now: take it off the list"

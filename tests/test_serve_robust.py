@@ -249,7 +249,7 @@ def test_help_says_what_the_server_does():
     from cheems.cli.app import app
 
     helps = {p.name: " ".join((p.help or "").split()) for p in typer.main.get_command(app).commands["serve"].params}
-    assert "`cheems serve` refuses them (422) unless --truncate" in helps["max_length"]
+    assert "`cheems serve` refuses them (422) unless --truncation left or right" in helps["max_length"]
     assert "431" in helps["max_header_bytes"] and "408" in helps["header_timeout_s"]
     assert "/health says 503" in helps["shutdown_timeout_s"]
     assert "refused requests are logged either way" in helps["log_requests"]

@@ -1,5 +1,6 @@
 """The settings many commands share, declared once: what they write, how they read, the
-statistics they report, the scorer they run and how long conversations are cut.
+statistics they report, the scorer they run, how long conversations are cut, how a model runs
+and where a server listens.
 
 Each class is a settings dataclass (:mod:`cheems.settings`): one declaration per setting, its
 help text and range, checked when an instance is built. The command-line flags of every command
@@ -7,6 +8,13 @@ that takes one of these settings are generated from here (:mod:`cheems.cli.flags
 ``--seed``, ``--skip-invalid`` or ``--format`` mean one thing wherever they appear; a command
 may word the help for its own case (what *its* output is) and give its own default (``compare``
 resamples 2000 times), never a second range or a second meaning.
+
+Some are parts of a bigger settings class, which takes them by inheritance so that its YAML keys
+and flags stay flat: :class:`ModelRunSettings` of
+:class:`~cheems.scoring.model_settings.ModelSettings` and :class:`~cheems.training.config.TrainConfig`,
+:class:`ListenSettings` of both servers' settings, :class:`ServerToken` of the reward server's and
+its clients'. The fields of the first and the last are keyword-only
+(``ModelRunSettings(max_length=512)``), so the bigger class keeps its own positional fields.
 
 Core module: the standard library and the core package only (no torch).
 """
@@ -21,7 +29,8 @@ from cheems.records import CheemsInputError
 from cheems.settings import check_settings, setting
 
 __all__ = ["BASELINES", "JUDGE_BACKENDS", "MAX_BOOTSTRAP", "TIE_RULES", "TRUNCATIONS", "ConfigFile", "ExtraOutputs",
-           "OutputSettings", "ReadSettings", "ScorerSettings", "StatisticsSettings", "TruncationSettings"]
+           "ListenSettings", "ModelRunSettings", "OutputSettings", "ReadSettings", "ScorerSettings", "ServerToken",
+           "StatisticsSettings", "TruncationSettings"]
 
 MAX_BOOTSTRAP = 1_000_000
 """The most bootstrap resamples a CI takes (as :data:`cheems.metrics.MAX_BOOTSTRAP`)."""
@@ -154,3 +163,58 @@ class TruncationSettings:
             raise CheemsInputError("training cuts a long sequence on the left only (it keeps the end, where the "
                                    "reward is read): give left or none", field="truncation")
         return {} if self.truncation is None else {"truncate": self.truncation == "left"}
+
+
+@dataclass(kw_only=True)
+class ModelRunSettings:
+    """How a model runs, scoring or training: the longest sequence, how a forward batch is laid
+    out and which kernels compute it.
+
+    :class:`~cheems.scoring.model_settings.ModelSettings` and
+    :class:`~cheems.training.config.TrainConfig` extend it (mutable, as they are). The help texts
+    word the commands that run a reward model; ``cheems train`` words its own
+    (``TRAIN_HELPS`` of ``cheems.cli.models``). ``token_budget`` is not here: left out, it means
+    1024 tokens on a CPU when scoring and the micro batch size alone when training."""
+
+    max_length: int = setting(2048, min=1, help="Most tokens in one conversation; longer ones are truncated (and "
+                              "counted), except that `cheems serve` refuses them (422) unless --truncation left or "
+                              "right is given")
+    packing: bool = setting(True, help="Pack a batch's sequences into one row instead of padding them")
+    share_prefix: bool = setting(True, help="With packing: lay each prompt's common prefix down once "
+                                            "(vllm: its prefix caching)")
+    liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
+    compile: bool = setting(False, help="torch.compile each decoder layer (dynamic shapes; the first batches "
+                            "compile, which pays over long runs)")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True)
+class ListenSettings:
+    """Where a server listens: the reward server's
+    (:class:`~cheems.serving.settings.ServeSettings`) and the annotation server's
+    (:class:`~cheems.annotate.settings.ServerSettings`) alike."""
+
+    host: str = setting("127.0.0.1", nonempty=True, help="Address to listen on (the loopback only, unless "
+                        "you name another address)")
+    port: int = setting(8000, min=0, lt=65536, help="Port to listen on (0: any free port, shown when ready)")
+
+    def __post_init__(self) -> None:
+        check_settings(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerToken:
+    """The bearer token of a ``cheems serve``, kept in a file: the server asks every request for it
+    (:class:`~cheems.serving.settings.ServeSettings`), a client sends it
+    (:class:`~cheems.scoring.remote_scorer.RemoteScorerSettings`); both read it with
+    :func:`cheems.serving.settings.read_api_key`. The help text words the server's side; the
+    clients' commands word their own (``SERVER_CLIENT_HELPS`` of ``cheems.cli.app``)."""
+
+    api_key_file: str | os.PathLike | None = setting(None, default_text="none: no token",
+                                                     help="File holding the token every request must send "
+                                                          "as 'Authorization: Bearer TOKEN' (/health aside)")
+
+    def __post_init__(self) -> None:
+        check_settings(self)

@@ -3,14 +3,15 @@
 :class:`WorkflowSettings` are the knobs of the protocol (agreement, review, hand-out);
 :class:`ServerSettings` where and how the web app listens; :class:`DatabaseSettings` the database
 and study every `cheems annotate` command works on. Both are checked when built
-(:func:`cheems.settings.check_settings`), whoever builds them. The standard library only: the
-CLI builds its flags from these classes without the ``[annotate]`` extra installed.
+(:func:`cheems.settings.check_settings`), whoever builds them. The standard library and the core
+package only: the CLI builds its flags from these classes without the ``[annotate]`` extra installed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cheems.common_settings import ListenSettings
 from cheems.settings import check_settings, setting
 
 __all__ = ["DatabaseSettings", "ServerSettings", "WorkflowSettings"]
@@ -47,11 +48,10 @@ class WorkflowSettings:
 
 
 @dataclass(frozen=True)
-class ServerSettings:
-    """Where the web app listens, and how it marks its cookie."""
+class ServerSettings(ListenSettings):
+    """Where the web app listens (``host``, ``port``: :class:`~cheems.common_settings.ListenSettings`',
+    as the reward server's), and how it marks its cookie."""
 
-    host: str = setting("127.0.0.1", nonempty=True, help="Address to listen on")
-    port: int = setting(8000, min=0, lt=65536, help="Port to listen on")
     secure_cookies: bool = setting(False, help="Mark the cookie Secure (HTTPS)")
 
     def __post_init__(self) -> None:

@@ -35,10 +35,13 @@ from cheems.records import CheemsInputError
 
 _install_plain_coercion()  # plain flag values converted without importing pydantic
 
-__all__ = ["COMMAND_MODULES", "FORMAT_HELP", "IMPORT_NAMES", "CheemsApp", "CommandGroup", "app", "extra_for", "extras_by_module",
-           "load_commands", "missing_extra_line"]
+__all__ = ["COMMAND_MODULES", "FORMAT_HELP", "IMPORT_NAMES", "SERVER_CLIENT_HELPS", "CheemsApp", "CommandGroup", "app",
+           "extra_for", "extras_by_module", "load_commands", "missing_extra_line"]
 
 FORMAT_HELP = f"Read every row as this format instead of detecting it row by row: {', '.join(FORMAT_NAMES)}."
+SERVER_CLIENT_HELPS = {"api_key_file": "File holding the server's bearer token"}
+"""How the commands that score with a running `cheems serve` (--server) word the token file
+(:class:`~cheems.common_settings.ServerToken`, whose help text words the server's side)."""
 
 COMMAND_MODULES = {
     **dict.fromkeys(("tasks", "rank", "validate", "stats", "example-data", "sample"), "cheems.cli.data"),

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 import cheems
-from cheems.cli.app import app
+from cheems.cli.app import SERVER_CLIENT_HELPS, app
 from cheems.cli.console import (data_paths, err, fmt, judge_backend_for, out, print_skipped, progress, refuse_no_rows,
                                 reports_input_errors, say)
 from cheems.cli.flags import build_settings, settings_flags
@@ -45,7 +45,9 @@ def _done(report: dict, what: str) -> None:
 @curate_app.command("sample")
 @reports_input_errors
 @settings_flags(SampleConfig, into="sample_flags", only=("concurrency", "seed", "max_reply_bytes", "cache_path"),
-                names={"cache_path": "--cache"})
+                names={"cache_path": "--cache"},
+                helps={"concurrency": "Requests in flight at once, over all models",
+                       "cache_path": "SQLite cache of replies (default samples.sqlite beside the judge cache)"})
 @settings_flags(OutputSettings, into="out_flags", only=("output",), short={"output": "-o"}, required=("output",),
                 helps={"output": "Prompts with their sampled responses (JSONL)"})
 @settings_flags(ConfigFile, into="config_flags",
@@ -195,7 +197,8 @@ def _judge_locally(inputs: list, output: Path, pick: ScorerSettings, judge_setti
                 exclude=("truncation",))
 @settings_flags(TruncationSettings, into="cut_flags")
 @settings_flags(ResolveSettings, into="resolve_flags")
-@settings_flags(RemoteScorerSettings, into="server_flags", when="--server", plain=("server",))
+@settings_flags(RemoteScorerSettings, into="server_flags", when="--server", plain=("server",),
+                helps=SERVER_CLIENT_HELPS)
 @settings_flags(ScorerSettings, into="scorer_flags", only=("model", "scores"), names={"model": "--rm"},
                 helps={"model": "Reward model trained on the human subset (`cheems train`); scores go to "
                        "OUT.scores.jsonl, resumable", "scores": "Or: a scores file of that model"})

@@ -18,12 +18,24 @@ from cheems.cli.flags import build_settings, settings_flags
 from cheems.common_settings import ConfigFile, OutputSettings, ReadSettings, StatisticsSettings, TruncationSettings
 from cheems.training.config import TrainConfig
 
-__all__ = ["convert", "init_model_cmd", "train"]
+__all__ = ["TRAIN_HELPS", "convert", "init_model_cmd", "train"]
+
+TRAIN_HELPS = {
+    "max_length": "Longest sequence in tokens",
+    "packing": "Concatenate each forward batch into one row with no padding (--no-packing pads to the longest "
+               "sequence)",
+    "share_prefix": "With packing and the bt objective, lay the tokens a prompt's responses share (chat template "
+                    "and prompt) down once in the row; the same rewards and gradients, fewer tokens computed",
+    "compile": "torch.compile each decoder layer",
+}
+"""How `cheems train` words the settings it shares with scoring
+(:class:`~cheems.common_settings.ModelRunSettings`, whose help texts word scoring)."""
 
 
 @app.command()
 @reports_input_errors
-@settings_flags(TrainConfig, into="train_flags", short={"output": "-o"}, exclude=("truncate",))
+@settings_flags(TrainConfig, into="train_flags", short={"output": "-o"}, exclude=("truncate",),
+                helps=TRAIN_HELPS)
 @settings_flags(TruncationSettings, into="cut_flags", aliases={"--truncate": ("truncation", "left")})
 @settings_flags(ConfigFile, into="config_flags")
 def train(train_flags: dict = None, cut_flags: dict = None, config_flags: dict = None):

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 import cheems
-from cheems.cli.app import app
+from cheems.cli.app import SERVER_CLIENT_HELPS, app
 from cheems.cli.console import err, fmt, out, print_skipped, progress, refuse_no_rows, reports_input_errors, say
 from cheems.cli.flags import build_settings, flag_name, settings_flags
 from cheems.common_settings import (ExtraOutputs, OutputSettings, ReadSettings, ScorerSettings, StatisticsSettings,
@@ -47,7 +47,8 @@ def _ns(text: str) -> list[int]:
 @settings_flags(ModelSettings, into="model_flags", when="--model or --judge-model",
                 plain=("backend", "trust_remote_code"), exclude=("truncation",))
 @settings_flags(TruncationSettings, into="cut_flags")
-@settings_flags(RemoteScorerSettings, into="server_flags", when="--server", plain=("server",))
+@settings_flags(RemoteScorerSettings, into="server_flags", when="--server", plain=("server",),
+                helps=SERVER_CLIENT_HELPS)
 @settings_flags(ScorerSettings, into="scorer_flags", only=("scores", "model", "judge_model", "name"),
                 helps={"scores": "The reward model's SCORES file", "model": "Or: a reward model folder to score with",
                        "judge_model": "Judge the pick against --baseline with this local causal LM folder, by its "

@@ -73,8 +73,8 @@ from typing import Any, Callable, Iterator, Sequence
 from cheems.formats import category_field, iter_rows, prompt_field, row_id, subset_field
 from cheems.io import read_yaml_mapping
 from cheems.llm.cache import ReplyCache, default_cache_path
-from cheems.llm.client import (ChatReply, RequestFailed, RetryPolicy, ask, cached_reply, open_client, require_openai,
-                               run_all, shorten)
+from cheems.llm.client import (ChatReply, RequestFailed, RequestSettings, ask, cached_reply, open_client,
+                               require_openai, run_all, shorten)
 from cheems.records import CheemsInputError, Prompt, PromptText, Response, check_prompt_text
 from cheems.settings import check_settings, setting, settings_from_mapping
 
@@ -213,16 +213,15 @@ class SampleModel:
 
 
 @dataclass
-class SampleConfig(RetryPolicy):
+class SampleConfig(RequestSettings):
     """Which models to sample from and how to drive the requests; the keys of a ``sample:``
-    section of a YAML file (the retry settings are :class:`~cheems.llm.client.RetryPolicy`'s)."""
+    section of a YAML file (how requests are driven, ``concurrency`` over all models, the reply
+    cache ``cache_path`` and the retries, are :class:`~cheems.llm.client.RequestSettings`'; the
+    cache is ``samples.sqlite`` beside the judge cache by default)."""
 
     models: list[SampleModel] = setting(help="The models to sample from")
-    concurrency: int = setting(16, min=1, help="Requests in flight at once, over all models")
     timeout: float = setting(120.0, gt=0, kw_only=True, help="Seconds per request before retrying")
     seed: int = setting(0, min=0, help="Base sampling seed: sample k is requested with seed + k")
-    cache_path: str | os.PathLike | None = setting(None, help="SQLite cache of replies (default "
-                                                   "samples.sqlite beside the judge cache)")
 
     def __post_init__(self) -> None:
         if not isinstance(self.models, list) or not self.models:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import random
 import sys
 from dataclasses import dataclass
@@ -38,9 +39,9 @@ from cheems.llm.cache import ReplyCache
 from cheems.records import CheemsInputError
 from cheems.settings import setting
 
-__all__ = ["RETRY_STATUSES", "ChatReply", "MalformedReply", "ReplyTooLarge", "RequestFailed", "RetryPolicy", "ask",
-           "cap_reply", "cached_reply", "open_client", "read_capped", "read_chat_reply", "require_openai", "run_all",
-           "short_error", "shorten"]
+__all__ = ["RETRY_STATUSES", "ChatReply", "MalformedReply", "ReplyTooLarge", "RequestFailed", "RequestSettings",
+           "RetryPolicy", "ask", "cap_reply", "cached_reply", "open_client", "read_capped", "read_chat_reply",
+           "require_openai", "run_all", "short_error", "shorten"]
 
 RETRY_STATUSES = frozenset({408, 429})  # and every 5xx
 CLAIM_POLL_S = (0.02, 1.0)  # first and longest wait for a key another run is asking for
@@ -48,9 +49,8 @@ CLAIM_POLL_S = (0.02, 1.0)  # first and longest wait for a key another run is as
 
 @dataclass(kw_only=True)
 class RetryPolicy:
-    """How long to wait for a request and how to retry it; configs that send requests
-    (:class:`~cheems.scoring.bench_judge.JudgeConfig`, :class:`~cheems.curation.sample.SampleConfig`)
-    extend it, so these settings are declared once."""
+    """How long to wait for a request and how to retry it; configs that send requests extend it
+    (through :class:`RequestSettings`), so these settings are declared once."""
 
     timeout: float = setting(60.0, gt=0, help="Seconds per request before retrying")
     max_retries: int = setting(5, min=0, help="Retries on 429, 5xx and timeouts")
@@ -72,6 +72,19 @@ class RetryPolicy:
         """Seconds a claim on a key lasts: one attempt and the wait before the next (renewed
         by each attempt), so a claim left by a run on another host that died ends."""
         return self.timeout + self.max_backoff + 5.0
+
+
+@dataclass(kw_only=True)
+class RequestSettings(RetryPolicy):
+    """How a config that sends requests drives them: how many at once, the reply cache, and the
+    retry policy. :class:`~cheems.scoring.bench_judge.JudgeConfig` and
+    :class:`~cheems.curation.sample.SampleConfig` extend it, so these settings are declared once;
+    a command words the help for its own case (sampling counts requests over all its models and
+    caches in ``samples.sqlite`` by default)."""
+
+    concurrency: int = setting(16, min=1, help="Requests in flight at once")
+    cache_path: str | os.PathLike | None = setting(None, help="SQLite reply cache (default under the user cache "
+                                                   "folder)")
 
 
 class RequestFailed(Exception):

@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 
 from cheems.llm.cache import ReplyCache, default_cache_path
-from cheems.llm.client import (ChatReply, RequestFailed, RetryPolicy, ask, cached_reply, open_client, run_all,
+from cheems.llm.client import (ChatReply, RequestFailed, RequestSettings, ask, cached_reply, open_client, run_all,
                                shorten)
 from cheems.metrics import Outcomes, evaluate_outcomes
 from cheems.records import CheemsInputError, Prompt, ranked_pairs
@@ -46,21 +46,18 @@ ORDERS = ("ab", "ba")
 
 
 @dataclass
-class JudgeConfig(RetryPolicy):
-    """How to reach and drive the judge; the fields are the CLI flags (the retry settings are
-    :class:`~cheems.llm.client.RetryPolicy`'s)."""
+class JudgeConfig(RequestSettings):
+    """How to reach and drive the judge; the fields are the CLI flags (``concurrency``, the reply
+    cache ``cache_path`` and the retry settings are :class:`~cheems.llm.client.RequestSettings`')."""
 
     model: str = setting(nonempty=True, help="Judge with this chat model (name at the endpoint)")
     api_base: str = setting(nonempty=True, help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
     api_key: str | None = setting(None, repr=False, help="API key (default $OPENAI_API_KEY, else EMPTY)")
-    concurrency: int = setting(16, min=1, help="Requests in flight at once")
     temperature: float = setting(0.0, min=0, help="Sampling temperature of the judge")
     max_tokens: int = setting(1024, min=1, help="Longest reply in tokens")
     both_orders: bool = setting(True, help="Judge each pair in both orders (False: one random order per pair, "
                                 "as the official evaluator)")
     seed: int = setting(0, min=0, help="Seed of the random orders and of the bootstrap")
-    cache_path: str | os.PathLike | None = setting(None, help="SQLite reply cache (default under the user cache "
-                                                   "folder)")
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import http.client
 import math
-import os
 import socket
 import time
 import urllib.error
@@ -30,6 +29,7 @@ from typing import Callable, Iterator, Sequence
 
 import orjson
 
+from cheems.common_settings import ServerToken
 from cheems.records import CheemsInputError, Prompt, Setting
 from cheems.scoring.scorer import ScorerDefaults
 from cheems.settings import check_settings, setting
@@ -41,15 +41,14 @@ RETRY_STATUS = (502, 503, 504)
 
 
 @dataclass(frozen=True)
-class RemoteScorerSettings:
-    """How to reach a running ``cheems serve`` instead of loading the model here."""
+class RemoteScorerSettings(ServerToken):
+    """How to reach a running ``cheems serve`` instead of loading the model here; its token file
+    ``api_key_file`` is :class:`~cheems.common_settings.ServerToken`' (keyword-only), as the server's."""
 
     server: str | None = setting(None, pattern=r"https?://[^\s/]+(/\S*)?", pattern_text="http://HOST:PORT",
                                  default_text="none: load the model here",
                                  help="URL of a running `cheems serve` whose model scores the responses, "
                                       "instead of loading the model here")
-    api_key_file: str | os.PathLike | None = setting(None, default_text="none: send no token",
-                                                     help="File holding the server's bearer token")
     server_timeout_s: float = setting(300.0, gt=0, help="Seconds one request to the server may take before "
                                       "it is retried")
     server_batch_rows: int = setting(32, min=1, help="Prompt rows sent to the server in one request")

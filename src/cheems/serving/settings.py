@@ -4,8 +4,8 @@
 is :class:`~cheems.scoring.model_settings.ModelSettings`, how requests are batched
 :class:`~cheems.serving.engine.EngineSettings`; ``replicas`` runs several copies of the model behind
 the one address, :mod:`cheems.serving.replicas`). :func:`read_api_key` reads the bearer token
-from its file once, at start. The standard library only: the CLI builds its flags from this
-class without the ``[serve]`` extra installed.
+from its file once, at start. The standard library and the core package only: the CLI builds its
+flags from this class without the ``[serve]`` extra installed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from cheems.common_settings import ListenSettings, ServerToken
 from cheems.records import CheemsInputError
 from cheems.settings import check_settings, setting
 
@@ -22,15 +23,11 @@ __all__ = ["ServeSettings", "read_api_key"]
 
 
 @dataclass(frozen=True)
-class ServeSettings:
-    """Where the reward server listens, who may call it and how much one request may ask."""
+class ServeSettings(ServerToken, ListenSettings):
+    """Where the reward server listens (``host``, ``port``: :class:`~cheems.common_settings.ListenSettings`',
+    as the annotation server's), who may call it (``api_key_file``:
+    :class:`~cheems.common_settings.ServerToken`', as its clients') and how much one request may ask."""
 
-    host: str = setting("127.0.0.1", nonempty=True, help="Address to listen on (the loopback only, unless "
-                        "you name another address)")
-    port: int = setting(8000, min=0, lt=65536, help="Port to listen on (0: any free port, shown when ready)")
-    api_key_file: str | os.PathLike | None = setting(None, default_text="none: no token asked",
-                                                     help="File holding the token every request must send "
-                                                          "as 'Authorization: Bearer TOKEN' (/health aside)")
     max_body_bytes: int = setting(256 << 20, min=1, help="Largest request body, in bytes (larger: 413): room "
                                   "for a whole rollout batch of --max-queries long texts as json.dumps escapes them")
     max_header_bytes: int = setting(64 << 10, min=1024, help="Largest request head (request line and headers), "

@@ -1,7 +1,8 @@
 """`TrainConfig`: every setting of a reward-model training run, declared once.
 
 The fields are the ``cheems train`` flags and the keys of a YAML config file; their help texts
-and ranges live here and nowhere else (see :mod:`cheems.settings`). The defaults are the
+and ranges live here and nowhere else (see :mod:`cheems.settings`), but for how the model runs,
+which scoring shares (:class:`~cheems.common_settings.ModelRunSettings`). The defaults are the
 paper's Appendix F. ``OBJECTIVES`` says which kind of starting model each objective takes, and
 ``OBJECTIVE_SETTINGS`` which objectives the settings of some objectives only apply to; both are
 checked before anything is read.
@@ -13,6 +14,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
+from cheems.common_settings import ModelRunSettings
 from cheems.io import check_output_folder, read_yaml_mapping
 from cheems.models.checkpoints import check_model_folder, model_kind
 from cheems.records import CheemsInputError
@@ -51,7 +53,7 @@ def _only_with(name: str, text: str) -> str:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(ModelRunSettings):
     """Every setting of a training run; the defaults are the paper's Appendix F.
 
     Global batch = ``micro_batch_size`` x ``gradient_accumulation`` x processes (8 x 32 x 1 =
@@ -64,6 +66,10 @@ class TrainConfig:
     over ``max_length`` (and their pairs); ``True`` keeps their last ``max_length`` tokens.
     ``lora_r`` > 0 trains LoRA adapters of that rank (peft) on ``lora_target`` modules plus
     the score head, and merges them into the saved model.
+
+    ``max_length``, ``packing``, ``share_prefix``, ``liger_kernels`` and ``compile`` are the
+    settings scoring shares, :class:`~cheems.common_settings.ModelRunSettings`' (keyword-only);
+    ``cheems train`` words their help for training (``TRAIN_HELPS`` of ``cheems.cli.models``).
     """
 
     model: str | os.PathLike = setting(help="Starting checkpoint: *ForSequenceClassification with one label for "
@@ -74,7 +80,6 @@ class TrainConfig:
     eval: list[str | os.PathLike] = setting(default_factory=list, help="Ranked benchmarks to evaluate on")
     epochs: int = setting(2, min=1, help="Passes over the data")
     learning_rate: float = setting(5e-6, gt=0, help="Peak learning rate")
-    max_length: int = setting(2048, min=1, help="Longest sequence in tokens")
     micro_batch_size: int = setting(8, min=1, help="Sequences per forward batch")
     gradient_accumulation: int = setting(32, min=1, help="Forward batches per optimizer step")
     reg_coef: float = setting(0.1, min=0, help=_only_with("reg_coef", "the weight of the mean r^2 regulariser"))
@@ -92,13 +97,6 @@ class TrainConfig:
     token_budget: int | str | None = setting(None, min=1, words=("auto",), default_text="micro batch size alone",
                                              help="Also cap a forward batch at this many padded tokens per process; "
                                              "auto: the largest batch that fits the GPU, probed before training")
-    packing: bool = setting(True, help="Concatenate each forward batch into one row with no padding "
-                            "(--no-packing pads to the longest sequence)")
-    share_prefix: bool = setting(True, help="With packing and the bt objective, lay the tokens a prompt's "
-                                 "responses share (chat template and prompt) down once in the row; the same "
-                                 "rewards and gradients, fewer tokens computed")
-    liger_kernels: bool = setting(False, help="Liger's fused RMSNorm, SwiGLU and RoPE kernels (CUDA; the gpu extra)")
-    compile: bool = setting(False, help="torch.compile each decoder layer")
     lora_r: int = setting(0, min=0, default_text="0, train every weight",
                           help="Train LoRA adapters of this rank (needs peft). The saved model has them merged")
     lora_alpha: int = setting(16, min=0, help="With --lora-r > 0: LoRA scaling alpha")
