@@ -132,3 +132,29 @@ def test_a_causal_lm_objective_refuses_a_reward_model_before_reading_the_data(wo
     assert_one_line_error(r, f"tiny: objective {objective} starts from a causal LM; this folder holds a reward "
                           "model (Qwen2ForSequenceClassification), which has no LM head to train")
     assert not (workdir / f"from-rm-{objective}").exists()
+
+
+def test_a_config_is_checked_as_it_is_built_and_once_a_run(workdir, monkeypatch):
+    """A bad value is refused when TrainConfig is built (from Python as from a file or flags); a run
+    validates its config once (the files and folders it names), not once for each piece it sets up."""
+    from cheems.records import CheemsInputError
+    from cheems.training import config as config_module
+    from cheems.training.config import TrainConfig
+    from cheems.training.trainer import train
+
+    monkeypatch.chdir(workdir)
+    with pytest.raises(CheemsInputError) as e:
+        TrainConfig(model="tiny", train=["bench.jsonl"], output="o", epochs=0)
+    assert e.value.field == "epochs"
+    calls = []
+    real = config_module.TrainConfig.validate
+    monkeypatch.setattr(config_module.TrainConfig, "validate", lambda self: (calls.append(1), real(self))[1])
+    for objective in ("bt", "generative"):
+        calls.clear()
+        config = TrainConfig(model="tiny", train=["bench.jsonl"], output=f"out-{objective}", objective=objective,
+                             epochs=1)
+        try:
+            train(config)
+        except CheemsInputError:
+            pass  # the tiny sequence classifier is no causal LM for the generative objective: refused at validate
+        assert calls == [1], (objective, calls)

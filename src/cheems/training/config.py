@@ -119,18 +119,22 @@ class TrainConfig(ModelRunSettings):
                                                            "trained model saves it)"))
 
     def __post_init__(self) -> None:
-        check_objective_settings(self)  # at construction: a YAML file or flags are refused naming the setting
+        # at construction, whoever builds it (a YAML file, flags, Python): refused naming the setting
+        check_settings(self)
+        check_objective_settings(self)
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, overrides: dict | None = None) -> "TrainConfig":
         """A config from a YAML mapping whose keys are the field names (needs pyyaml); each value
         is checked as it is read, naming the file. ``overrides`` (flags given on the command
         line) win over the file's values and may supply settings the file leaves out; the
-        whole config is checked when the run starts (:meth:`validate`)."""
+        config is checked as it is built, and its files and folders when the run starts (:meth:`validate`)."""
         return settings_from_mapping(cls, read_yaml_mapping(path), file=str(path), overrides=overrides)
 
     def validate(self) -> None:
-        """Check every setting once, at the boundary; raise CheemsInputError naming the field."""
+        """Check the config once more where a run starts (it is mutable: a field may have changed since
+        it was built), and what only a run can check: the files and folders it names. Raise
+        CheemsInputError naming the field. :func:`cheems.training.trainer.train` calls it once a run."""
         check_settings(self)
         if not self.train:
             raise CheemsInputError("give at least one training file", field="train")

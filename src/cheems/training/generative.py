@@ -235,8 +235,8 @@ def setup_generative_run(config: TrainConfig, notify: Notify | None = None, *,
     """Everything before the first step: the accelerator, the resume point (checked against
     the checkpoint's settings and data), the causal LM (seeded; LoRA when asked), the
     template and its verdict tokens, the examples and eval pairs encoded, the first epoch's
-    batches, the optimizer and scheduler (restored when resuming), the metrics log."""
-    config.validate()
+    batches, the optimizer and scheduler (restored when resuming), the metrics log. ``config``
+    is validated by the caller (:func:`train_generative`)."""
     output = Path(config.output)
     accelerator = make_accelerator(config)
     if accelerator.device.type == "cpu":

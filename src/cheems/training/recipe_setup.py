@@ -1,6 +1,6 @@
 """Everything a training run does before its first step, and the `TrainingRun` it builds.
 
-`setup_run` validates the config, starts the ``accelerate.Accelerator`` of this launch, finds
+`setup_run` starts the ``accelerate.Accelerator`` of this launch, finds
 the checkpoint to resume from, loads the starting model (LoRA adapters when asked), records where
 it reads rewards (`run_reward_position`), encodes
 the training and eval data (:mod:`cheems.training.training_data`), plans the first epoch's
@@ -273,13 +273,12 @@ DROPPED_WARNING_SHARE = 0.05
 
 def setup_run(config: TrainConfig, notify: Notify | None = None, *,
               data_fingerprint: str | None = None, budget_below: int | None = None) -> TrainingRun:
-    """Everything before the first step: validate ``config``; the accelerator; the resume
+    """Everything before the first step (``config`` validated by the caller): the accelerator; the resume
     point; the model (seeded, LoRA adapters when asked); the training and eval data encoded;
     the first epoch's batches; the optimizer and scheduler, prepared by accelerate and
     restored from the checkpoint when resuming; the metrics log. ``budget_below``: with
     ``--token-budget auto``, a budget that ran out of memory (the probe stays under it)."""
     torch = require_torch(MISSING_EXTRA)
-    config.validate()
     output = Path(config.output)
     accelerator = make_accelerator(config)
     if accelerator.device.type == "cpu":

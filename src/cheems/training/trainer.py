@@ -425,14 +425,14 @@ def train(config: TrainConfig, progress: Progress | None = None, notify: Notify 
     over the last epoch) and ``generative``, the folder of the causal LM (the output folder
     itself holds the scalar path, a standard ``*ForSequenceClassification`` checkpoint).
     """
-    config.validate()
     # the objectives: bt and dual run the recipe below (dual's forward and loss in
     # _forward_backward, its export in _save_final_model_whole); an objective with a recipe
-    # of its own is sent to it here, before anything is read
+    # of its own is sent to it here, before anything is read (it validates the config itself)
     if config.objective == "generative":
         from cheems.training.generative import train_generative  # imports torch: only when asked for
 
         return train_generative(config, progress, notify)
+    config.validate()  # once a run: the settings again (the config is mutable), its files and folders
     data_fingerprint = files_fingerprint(config.train)  # read once: the checks of a resume need it
     done = finished_summary(config, data_fingerprint)
     if done is not None:
