@@ -430,3 +430,31 @@ def test_closing_a_cache_drops_its_claims(tmp_path):
     a.close()
     with ReplyCache(path) as b:
         assert b.get_or_claim("k", ttl=60) == (None, True)
+
+
+def test_a_cache_file_another_process_is_opening_is_opened_once_it_is_free(tmp_path, monkeypatch):
+    """Opening a new cache file while another process switches it to WAL can answer "database is
+    locked" at once (SQLite's busy wait does not cover it): the opening is tried again, not refused."""
+    import sqlite3
+
+    from cheems.llm import cache as cache_module
+
+    real_connect, refused = sqlite3.connect, []
+
+    class Contended:  # a connection whose first statement meets another process's lock, once
+        def __init__(self, *args, **kwargs):
+            self.db = real_connect(*args, **kwargs)
+
+        def execute(self, sql, *args):
+            if not refused:
+                refused.append(sql)
+                raise sqlite3.OperationalError("database is locked")
+            return self.db.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+
+    monkeypatch.setattr(cache_module.sqlite3, "connect", Contended)
+    opened = cache_module.ReplyCache(tmp_path / "shared.sqlite")
+    opened.put("k", {"reply": "好"})
+    assert refused == ["PRAGMA journal_mode=WAL"] and opened.get("k") == {"reply": "好"}

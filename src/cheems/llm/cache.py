@@ -50,6 +50,8 @@ CREATE TABLE IF NOT EXISTS claims (
 )
 """
 HOST = socket.gethostname()
+OPEN_WAIT_S = 30.0
+"""How long opening a cache file, or writing to it, waits on another process holding its lock."""
 
 
 def clock() -> float:
@@ -92,15 +94,33 @@ class ReplyCache:
             raise CheemsInputError("is a folder; give the cache a file name such as judge.sqlite", file=str(self.path))
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute(SCHEMA)
-            self._db.execute(CLAIMS)
+            self._db = self._open()
         except (OSError, sqlite3.Error) as e:
             raise CheemsInputError(f"cannot be used as a reply cache ({e})", file=str(self.path),
                                    remedy=("cache_path", "give {} another file")) from None
         self.owner = f"{HOST}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+    def _open(self) -> sqlite3.Connection:
+        """The connection, in WAL mode, with the tables. Several processes opening a new file at once
+        contend for it: the switch to WAL and the first CREATE TABLE can answer "database is locked"
+        at once, without SQLite's busy wait, so the opening is tried again, with a growing pause,
+        for up to ``OPEN_WAIT_S`` seconds (what a writer waits on a lock, too)."""
+        deadline = time.monotonic() + OPEN_WAIT_S
+        pause = 0.01
+        while True:
+            db = sqlite3.connect(self.path, timeout=OPEN_WAIT_S, isolation_level=None)
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute(SCHEMA)
+                db.execute(CLAIMS)
+                return db
+            except sqlite3.OperationalError as e:
+                db.close()
+                if "locked" not in str(e) or time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     @staticmethod
     def key(**parts) -> str:
