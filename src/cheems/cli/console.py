@@ -47,11 +47,11 @@ def cli_name(setting: str, command: str | None = None) -> str:
     """The flag that sets ``setting`` (a settings field) where a library error or note names it:
     the flag ``command`` (a command function's module and name, as in ``FLAGS_OF``) gives it,
     else the flag any command gives it, else ``--`` and the name with dashes."""
-    from cheems.cli.flags import FLAGS_OF, flag_name
+    from cheems.cli.flags import FLAGS_OF, NO_VALUE, flag_name
 
     for specs in ([FLAGS_OF.get(command, [])] if command else []) + list(FLAGS_OF.values()):
         for spec in specs:
-            if spec.field == setting:
+            if spec.field == setting and spec.alias_value is NO_VALUE:  # never a hidden old spelling
                 return spec.flag
     return flag_name(setting)
 

@@ -67,11 +67,12 @@ def serve(model: Path = typer.Argument(..., help="Reward model folder (what `che
 def flag_names() -> dict[str, str]:
     """How the server's refusals and log lines name its settings: by this command's flags (the
     engine's ``truncate`` is ``--truncation left`` here)."""
-    from cheems.cli.flags import FLAGS_OF, NO_VALUE
+    from cheems.cli.console import cli_name
+    from cheems.cli.flags import FLAGS_OF
 
-    names = {spec.field: spec.flag for spec in FLAGS_OF[f"{serve.__module__}.{serve.__qualname__}"]
-             if spec.alias_value is NO_VALUE}  # not the hidden old spelling --truncate
-    return {**names, "truncate": "--truncation left"}
+    command = f"{serve.__module__}.{serve.__qualname__}"
+    return {**{spec.field: cli_name(spec.field, command) for spec in FLAGS_OF[command]},
+            "truncate": "--truncation left"}
 
 
 def ready_line(url: str, served: list) -> str:
